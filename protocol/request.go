@@ -1,0 +1,648 @@
+package protocol
+
+import (
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Op is a request's operation.
+type Op uint8
+
+const (
+	OpUnknown Op = iota
+	OpTake
+	OpPeek
+	OpPing
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpTake:
+		return "take"
+	case OpPeek:
+		return "peek"
+	case OpPing:
+		return "ping"
+	}
+	return "unknown"
+}
+
+// Bounds of request fields, enforced by Decode. Units are in the names.
+const (
+	MaxIDBytes        = 128
+	MaxSubjectBytes   = 256
+	MaxPolicyBytes    = 64
+	MaxRequestIDBytes = 64
+	MaxLimit          = 1_000_000_000
+	MaxWindowMS       = 31 * 24 * 60 * 60 * 1000
+	MaxTimeoutMS      = 60 * 60 * 1000
+	maxNesting        = 32
+)
+
+// Request is a decoded, syntactically valid request. Fields that were absent
+// (or null) are zero; Has reports which ones were given.
+type Request struct {
+	// ID is the raw JSON text of the "id" field (a string with its quotes,
+	// or a number), echoed verbatim in the reply; nil when absent.
+	ID        []byte
+	Op        Op
+	Subject   string
+	Policy    string
+	Limit     int64
+	WindowMS  int64
+	Cost      int64 // 1 when absent
+	RequestID string
+	TimeoutMS int64
+	fields    field
+}
+
+type field uint16
+
+const (
+	fieldID field = 1 << iota
+	fieldOp
+	fieldSubject
+	fieldPolicy
+	fieldLimit
+	fieldWindowMS
+	fieldCost
+	fieldRequestID
+	fieldTimeoutMS
+)
+
+// HasInline reports whether the request gave inline limits.
+func (r *Request) HasInline() bool { return r.fields&(fieldLimit|fieldWindowMS) != 0 }
+
+// Decode parses one line into r, reusing r's ID buffer. It checks JSON
+// syntax, field types, integer ranges and the addressing rules of each op;
+// whether a named policy exists is for the caller. Every failure is an
+// *Error with CodeInvalid; r.ID is set whenever the object was well formed
+// enough to find it, so the error reply can echo it.
+func Decode(line []byte, r *Request) error {
+	idBuf := r.ID[:0]
+	*r = Request{Cost: 1}
+	d := decoder{data: line}
+	if err := d.object(r, idBuf); err != nil {
+		return err
+	}
+	return r.validate()
+}
+
+func (r *Request) validate() error {
+	switch r.Op {
+	case OpPing:
+		return nil
+	case OpTake, OpPeek:
+	default:
+		return invalid("op is required: one of take, peek, ping")
+	}
+	if r.fields&fieldSubject == 0 {
+		return invalid("subject is required")
+	}
+	if r.Subject == "" || len(r.Subject) > MaxSubjectBytes {
+		return invalid("subject must be 1 to 256 bytes")
+	}
+	for _, c := range r.Subject {
+		if unicode.IsControl(c) {
+			return invalid("subject must not contain control characters")
+		}
+	}
+	hasPolicy := r.fields&fieldPolicy != 0
+	switch {
+	case hasPolicy && r.HasInline():
+		return invalid("give either policy or limit and window_ms, not both")
+	case hasPolicy:
+		if !validPolicyName(r.Policy) {
+			return invalid("policy must be 1 to 64 of A-Z a-z 0-9 _ . -")
+		}
+	case r.fields&fieldLimit == 0 || r.fields&fieldWindowMS == 0:
+		return invalid("give policy, or both limit and window_ms")
+	default:
+		if r.Limit < 1 || r.Limit > MaxLimit {
+			return invalid("limit must be an integer from 1 to 1000000000")
+		}
+		if r.WindowMS < 1 || r.WindowMS > MaxWindowMS {
+			return invalid("window_ms must be an integer from 1 to 2678400000 (31 days)")
+		}
+	}
+	if r.Cost < 1 || r.Cost > MaxLimit {
+		return invalid("cost must be an integer from 1 to the limit")
+	}
+	if r.fields&fieldRequestID != 0 && !validRequestID(r.RequestID) {
+		return invalid("request_id must be 1 to 64 of A-Z a-z 0-9 _ -")
+	}
+	if r.fields&fieldTimeoutMS != 0 && (r.TimeoutMS < 1 || r.TimeoutMS > MaxTimeoutMS) {
+		return invalid("timeout_ms must be an integer from 1 to 3600000")
+	}
+	return nil
+}
+
+// ValidPolicyName reports whether s can name a policy: 1 to 64 of
+// A-Z a-z 0-9 _ . - (no ':', so keys built from it stay unambiguous).
+func ValidPolicyName(s string) bool { return validPolicyName(s) }
+
+func validPolicyName(s string) bool {
+	if s == "" || len(s) > MaxPolicyBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isIDChar(c) && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func validRequestID(s string) bool {
+	if s == "" || len(s) > MaxRequestIDBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isIDChar(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isIDChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+func invalid(msg string) error { return newError(CodeInvalid, msg) }
+
+// decoder is a small validating JSON scanner specialised for the request
+// object: known fields are decoded in place, others are checked for syntax
+// and skipped. Keys match exactly (encoding/json would match "OP" to "op").
+type decoder struct {
+	data []byte
+	pos  int
+}
+
+func (d *decoder) object(r *Request, idBuf []byte) error {
+	d.space()
+	if !d.eat('{') {
+		return invalid("request must be a JSON object")
+	}
+	d.space()
+	if d.eat('}') {
+		return d.end()
+	}
+	for {
+		d.space()
+		key, err := d.key()
+		if err != nil {
+			return err
+		}
+		d.space()
+		if !d.eat(':') {
+			return invalid("invalid JSON: expected ':' after object key")
+		}
+		d.space()
+		if err := d.field(r, key, idBuf); err != nil {
+			return err
+		}
+		d.space()
+		if d.eat(',') {
+			continue
+		}
+		if d.eat('}') {
+			return d.end()
+		}
+		return invalid("invalid JSON: expected ',' or '}' in object")
+	}
+}
+
+func (d *decoder) end() error {
+	d.space()
+	if d.pos != len(d.data) {
+		return invalid("invalid JSON: data after the request object")
+	}
+	return nil
+}
+
+// key returns the object key; the common case (no escapes) aliases the line.
+func (d *decoder) key() ([]byte, error) {
+	if d.peek() != '"' {
+		return nil, invalid("invalid JSON: expected a string as object key")
+	}
+	raw, escaped, err := d.scanString()
+	if err != nil {
+		return nil, err
+	}
+	if !escaped {
+		return raw, nil
+	}
+	s, err := unescape(raw)
+	return []byte(s), err
+}
+
+func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
+	var f field
+	switch string(key) {
+	case "id":
+		f = fieldID
+	case "op":
+		f = fieldOp
+	case "subject":
+		f = fieldSubject
+	case "policy":
+		f = fieldPolicy
+	case "limit":
+		f = fieldLimit
+	case "window_ms":
+		f = fieldWindowMS
+	case "cost":
+		f = fieldCost
+	case "request_id":
+		f = fieldRequestID
+	case "timeout_ms":
+		f = fieldTimeoutMS
+	default:
+		return d.skip(0)
+	}
+	if r.fields&f != 0 {
+		return invalid("duplicate field " + strconv.Quote(string(key)))
+	}
+	if d.isNull() {
+		// null stands for an absent optional field.
+		return nil
+	}
+	r.fields |= f
+	switch f {
+	case fieldID:
+		start := d.pos
+		switch c := d.peek(); {
+		case c == '"':
+			if _, _, err := d.scanString(); err != nil {
+				return err
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			if _, _, err := d.scanNumber(); err != nil {
+				return err
+			}
+		default:
+			return invalid("id must be a string or a number")
+		}
+		if d.pos-start > MaxIDBytes {
+			return invalid("id must be at most 128 bytes")
+		}
+		r.ID = append(idBuf[:0], d.data[start:d.pos]...)
+		return nil
+	case fieldOp:
+		s, err := d.stringValue("op")
+		if err != nil {
+			return err
+		}
+		switch s {
+		case "take":
+			r.Op = OpTake
+		case "peek":
+			r.Op = OpPeek
+		case "ping":
+			r.Op = OpPing
+		default:
+			return invalid("unknown op " + strconv.Quote(s) + ": one of take, peek, ping")
+		}
+		return nil
+	case fieldSubject:
+		s, err := d.stringValue("subject")
+		r.Subject = s
+		return err
+	case fieldPolicy:
+		s, err := d.stringValue("policy")
+		r.Policy = s
+		return err
+	case fieldRequestID:
+		s, err := d.stringValue("request_id")
+		r.RequestID = s
+		return err
+	case fieldLimit:
+		return d.intValue("limit", &r.Limit)
+	case fieldWindowMS:
+		return d.intValue("window_ms", &r.WindowMS)
+	case fieldCost:
+		return d.intValue("cost", &r.Cost)
+	case fieldTimeoutMS:
+		return d.intValue("timeout_ms", &r.TimeoutMS)
+	}
+	return nil
+}
+
+func (d *decoder) isNull() bool {
+	if len(d.data)-d.pos >= 4 && string(d.data[d.pos:d.pos+4]) == "null" {
+		d.pos += 4
+		return true
+	}
+	return false
+}
+
+func (d *decoder) stringValue(name string) (string, error) {
+	if d.peek() != '"' {
+		if err := d.skip(0); err != nil {
+			return "", err
+		}
+		return "", invalid(name + " must be a string")
+	}
+	raw, escaped, err := d.scanString()
+	if err != nil {
+		return "", err
+	}
+	if !escaped {
+		return string(raw), nil
+	}
+	return unescape(raw)
+}
+
+// intValue accepts a JSON integer only: no fraction, no exponent, no string.
+// Out-of-range magnitudes are clamped to a value the range checks reject.
+func (d *decoder) intValue(name string, dst *int64) error {
+	c := d.peek()
+	if c != '-' && (c < '0' || c > '9') {
+		if err := d.skip(0); err != nil {
+			return err
+		}
+		return invalid(name + " must be an integer")
+	}
+	raw, integer, err := d.scanNumber()
+	if err != nil {
+		return err
+	}
+	if !integer {
+		return invalid(name + " must be an integer, without fraction or exponent")
+	}
+	neg := raw[0] == '-'
+	if neg {
+		raw = raw[1:]
+	}
+	var n int64
+	for _, b := range raw {
+		n = n*10 + int64(b-'0')
+		if n > 1<<53 {
+			n = 1 << 53 // far out of every range; keeps the loop overflow-free
+		}
+	}
+	if neg {
+		n = -n
+	}
+	*dst = n
+	return nil
+}
+
+func (d *decoder) peek() byte {
+	if d.pos < len(d.data) {
+		return d.data[d.pos]
+	}
+	return 0
+}
+
+func (d *decoder) eat(c byte) bool {
+	if d.pos < len(d.data) && d.data[d.pos] == c {
+		d.pos++
+		return true
+	}
+	return false
+}
+
+func (d *decoder) space() {
+	for d.pos < len(d.data) {
+		switch d.data[d.pos] {
+		case ' ', '\t', '\r', '\n':
+			d.pos++
+		default:
+			return
+		}
+	}
+}
+
+// scanString consumes a JSON string starting at its opening quote and
+// returns its raw contents (between the quotes) and whether it holds escapes.
+// It rejects raw control characters and invalid UTF-8.
+func (d *decoder) scanString() (raw []byte, escaped bool, err error) {
+	d.pos++ // opening quote
+	start := d.pos
+	for d.pos < len(d.data) {
+		c := d.data[d.pos]
+		switch {
+		case c == '"':
+			raw = d.data[start:d.pos]
+			d.pos++
+			return raw, escaped, nil
+		case c == '\\':
+			escaped = true
+			d.pos++
+			if d.pos >= len(d.data) {
+				return nil, false, invalid("invalid JSON: unterminated string")
+			}
+			switch d.data[d.pos] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				d.pos++
+			case 'u':
+				if d.pos+5 > len(d.data) || !isHex4(d.data[d.pos+1:d.pos+5]) {
+					return nil, false, invalid("invalid JSON: bad \\u escape")
+				}
+				d.pos += 5
+			default:
+				return nil, false, invalid("invalid JSON: bad escape in string")
+			}
+		case c < 0x20:
+			return nil, false, invalid("invalid JSON: control character in string")
+		case c < utf8.RuneSelf:
+			d.pos++
+		default:
+			r, size := utf8.DecodeRune(d.data[d.pos:])
+			if r == utf8.RuneError && size == 1 {
+				return nil, false, invalid("invalid UTF-8 in string")
+			}
+			d.pos += size
+		}
+	}
+	return nil, false, invalid("invalid JSON: unterminated string")
+}
+
+// scanNumber consumes a JSON number and reports whether it is an integer
+// (no fraction, no exponent).
+func (d *decoder) scanNumber() (raw []byte, integer bool, err error) {
+	start := d.pos
+	bad := invalid("invalid JSON: malformed number")
+	d.eat('-')
+	switch c := d.peek(); {
+	case c == '0':
+		d.pos++
+	case c >= '1' && c <= '9':
+		d.digits()
+	default:
+		return nil, false, bad
+	}
+	integer = true
+	if d.eat('.') {
+		integer = false
+		if d.digits() == 0 {
+			return nil, false, bad
+		}
+	}
+	if c := d.peek(); c == 'e' || c == 'E' {
+		integer = false
+		d.pos++
+		if c := d.peek(); c == '+' || c == '-' {
+			d.pos++
+		}
+		if d.digits() == 0 {
+			return nil, false, bad
+		}
+	}
+	return d.data[start:d.pos], integer, nil
+}
+
+func (d *decoder) digits() int {
+	n := 0
+	for d.pos < len(d.data) && d.data[d.pos] >= '0' && d.data[d.pos] <= '9' {
+		d.pos++
+		n++
+	}
+	return n
+}
+
+// skip consumes any JSON value, checking its syntax.
+func (d *decoder) skip(depth int) error {
+	if depth > maxNesting {
+		return invalid("invalid JSON: nesting too deep")
+	}
+	switch c := d.peek(); {
+	case c == '"':
+		_, _, err := d.scanString()
+		return err
+	case c == '-' || c >= '0' && c <= '9':
+		_, _, err := d.scanNumber()
+		return err
+	case c == '{':
+		return d.skipContainer(depth, '}', true)
+	case c == '[':
+		return d.skipContainer(depth, ']', false)
+	default:
+		for _, lit := range [...]string{"true", "false", "null"} {
+			if len(d.data)-d.pos >= len(lit) && string(d.data[d.pos:d.pos+len(lit)]) == lit {
+				d.pos += len(lit)
+				return nil
+			}
+		}
+		return invalid("invalid JSON: unexpected character")
+	}
+}
+
+func (d *decoder) skipContainer(depth int, closer byte, object bool) error {
+	d.pos++
+	d.space()
+	if d.eat(closer) {
+		return nil
+	}
+	for {
+		d.space()
+		if object {
+			if d.peek() != '"' {
+				return invalid("invalid JSON: expected a string as object key")
+			}
+			if _, _, err := d.scanString(); err != nil {
+				return err
+			}
+			d.space()
+			if !d.eat(':') {
+				return invalid("invalid JSON: expected ':' after object key")
+			}
+			d.space()
+		}
+		if err := d.skip(depth + 1); err != nil {
+			return err
+		}
+		d.space()
+		if d.eat(',') {
+			continue
+		}
+		if d.eat(closer) {
+			return nil
+		}
+		return invalid("invalid JSON: expected ',' or a closing bracket")
+	}
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b[:4] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// unescape decodes the contents of a JSON string already checked by
+// scanString. Lone surrogates become U+FFFD, as in encoding/json.
+func unescape(raw []byte) (string, error) {
+	out := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		if c != '\\' {
+			out = append(out, c)
+			i++
+			continue
+		}
+		i++
+		switch raw[i] {
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r := rune(hexVal(raw[i+1 : i+5]))
+			i += 4
+			if utf16IsSurrogate(r) {
+				r2 := rune(-1)
+				if i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+					r2 = rune(hexVal(raw[i+3 : i+7]))
+				}
+				if dec := utf16Decode(r, r2); dec != utf8.RuneError {
+					r = dec
+					i += 6
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			out = utf8.AppendRune(out, r)
+		default: // '"', '\\', '/'
+			out = append(out, raw[i])
+		}
+		i++
+	}
+	return string(out), nil
+}
+
+func hexVal(b []byte) int {
+	n := 0
+	for _, c := range b[:4] {
+		n <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			n |= int(c - '0')
+		case c >= 'a' && c <= 'f':
+			n |= int(c-'a') + 10
+		default:
+			n |= int(c-'A') + 10
+		}
+	}
+	return n
+}
+
+func utf16IsSurrogate(r rune) bool { return r >= 0xd800 && r < 0xe000 }
+
+func utf16Decode(r1, r2 rune) rune {
+	if r1 >= 0xd800 && r1 < 0xdc00 && r2 >= 0xdc00 && r2 < 0xe000 {
+		return (r1-0xd800)<<10 | (r2 - 0xdc00) + 0x10000
+	}
+	return utf8.RuneError
+}

@@ -1,0 +1,141 @@
+package protocol
+
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// TakeReply is the answer to a take. A denial is a reply (Allowed false),
+// not an error.
+type TakeReply struct {
+	Allowed      bool
+	Replay       bool
+	Limit        int64
+	Used         int64 // after this decision; for a replay, at the original acceptance
+	Remaining    int64
+	ResetMS      int64 // until the window ends, from Redis's PTTL
+	RetryAfterMS int64 // 0 when allowed
+}
+
+// PeekReply is the answer to a peek.
+type PeekReply struct {
+	Limit     int64
+	Used      int64
+	Remaining int64
+	ResetMS   int64
+}
+
+// PingReply is the answer to a ping.
+type PingReply struct {
+	Store   string // "redis" or "embedded"
+	RedisOK bool   // Redis answered the sidecar's last call or probe
+	Version string
+}
+
+// Replies are written by hand rather than with encoding/json: the field
+// order is fixed, nothing is allocated on the hot path, and the id is echoed
+// byte for byte.
+
+// AppendTake appends the reply line (with its '\n') to dst.
+func AppendTake(dst, id []byte, r TakeReply) []byte {
+	dst = appendHead(dst, id, true)
+	dst = appendBool(dst, `,"allowed":`, r.Allowed)
+	dst = appendBool(dst, `,"replay":`, r.Replay)
+	dst = appendInt(dst, `,"limit":`, r.Limit)
+	dst = appendInt(dst, `,"used":`, r.Used)
+	dst = appendInt(dst, `,"remaining":`, r.Remaining)
+	dst = appendInt(dst, `,"reset_ms":`, r.ResetMS)
+	dst = appendInt(dst, `,"retry_after_ms":`, r.RetryAfterMS)
+	return append(dst, "}\n"...)
+}
+
+// AppendPeek appends the reply line (with its '\n') to dst.
+func AppendPeek(dst, id []byte, r PeekReply) []byte {
+	dst = appendHead(dst, id, true)
+	dst = appendInt(dst, `,"limit":`, r.Limit)
+	dst = appendInt(dst, `,"used":`, r.Used)
+	dst = appendInt(dst, `,"remaining":`, r.Remaining)
+	dst = appendInt(dst, `,"reset_ms":`, r.ResetMS)
+	return append(dst, "}\n"...)
+}
+
+// AppendPing appends the reply line (with its '\n') to dst.
+func AppendPing(dst, id []byte, r PingReply) []byte {
+	dst = appendHead(dst, id, true)
+	dst = append(dst, `,"store":`...)
+	dst = appendString(dst, r.Store)
+	dst = appendBool(dst, `,"redis_ok":`, r.RedisOK)
+	dst = append(dst, `,"version":`...)
+	dst = appendString(dst, r.Version)
+	return append(dst, "}\n"...)
+}
+
+// AppendError appends an error reply line (with its '\n') to dst.
+func AppendError(dst, id []byte, code Code, message string) []byte {
+	dst = appendHead(dst, id, false)
+	dst = append(dst, `,"error":`...)
+	dst = appendString(dst, string(code))
+	dst = append(dst, `,"message":`...)
+	dst = appendString(dst, message)
+	return append(dst, "}\n"...)
+}
+
+// AppendErr appends the error reply for err: its own code when it is an
+// *Error, INTERNAL otherwise.
+func AppendErr(dst, id []byte, err error) []byte {
+	if e, ok := err.(*Error); ok {
+		return AppendError(dst, id, e.Code, e.Message)
+	}
+	return AppendError(dst, id, CodeInternal, err.Error())
+}
+
+func appendHead(dst, id []byte, ok bool) []byte {
+	dst = append(dst, '{')
+	if id != nil {
+		dst = append(dst, `"id":`...)
+		dst = append(dst, id...)
+		dst = append(dst, ',')
+	}
+	return appendBool(dst, `"ok":`, ok)
+}
+
+func appendBool(dst []byte, key string, v bool) []byte {
+	dst = append(dst, key...)
+	return strconv.AppendBool(dst, v)
+}
+
+func appendInt(dst []byte, key string, v int64) []byte {
+	dst = append(dst, key...)
+	return strconv.AppendInt(dst, v, 10)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString writes s as a JSON string. Invalid UTF-8 becomes U+FFFD so
+// that every reply is valid UTF-8 JSON.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				dst = append(dst, '\\', c)
+			case c < 0x20 || c == 0x7f:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			default:
+				dst = append(dst, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, "\ufffd"...)
+		} else {
+			dst = append(dst, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(dst, '"')
+}

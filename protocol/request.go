@@ -86,6 +86,9 @@ func Decode(line []byte, r *Request) error {
 	if err := d.object(r, idBuf); err != nil {
 		return err
 	}
+	if d.err != nil {
+		return d.err
+	}
 	return r.validate()
 }
 
@@ -175,9 +178,21 @@ func invalid(msg string) error { return newError(CodeInvalid, msg) }
 // decoder is a small validating JSON scanner specialised for the request
 // object: known fields are decoded in place, others are checked for syntax
 // and skipped. Keys match exactly (encoding/json would match "OP" to "op").
+//
+// A syntax error stops the scan at once and is returned. A semantic error (a
+// wrong type, an unknown op, a duplicate field) is kept in err and the scan
+// goes on, so that an "id" after the faulty field is still found and echoed.
 type decoder struct {
 	data []byte
 	pos  int
+	seen field // known keys met so far, null or not, to catch duplicates
+	err  error // first semantic error
+}
+
+func (d *decoder) fail(err error) {
+	if d.err == nil {
+		d.err = err
+	}
 }
 
 func (d *decoder) object(r *Request, idBuf []byte) error {
@@ -262,9 +277,12 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 	default:
 		return d.skip(0)
 	}
-	if r.fields&f != 0 {
-		return invalid("duplicate field " + strconv.Quote(string(key)))
+	if d.seen&f != 0 {
+		// Also when either value is null: the key is still given twice.
+		d.fail(invalid("duplicate field " + strconv.Quote(string(key))))
+		return d.skip(0)
 	}
+	d.seen |= f
 	if d.isNull() {
 		// null stands for an absent optional field.
 		return nil
@@ -283,16 +301,22 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 				return err
 			}
 		default:
-			return invalid("id must be a string or a number")
+			d.fail(invalid("id must be a string or a number"))
+			return d.skip(0)
 		}
 		if d.pos-start > MaxIDBytes {
-			return invalid("id must be at most 128 bytes")
+			d.fail(invalid("id must be at most 128 bytes"))
+			return nil
 		}
-		r.ID = append(idBuf[:0], d.data[start:d.pos]...)
+		// Echo only a complete token: in {"id":01} the scan stops after
+		// "0", which is not what the client sent.
+		if d.atMemberEnd() {
+			r.ID = append(idBuf[:0], d.data[start:d.pos]...)
+		}
 		return nil
 	case fieldOp:
-		s, err := d.stringValue("op")
-		if err != nil {
+		s, ok, err := d.stringValue("op")
+		if err != nil || !ok {
 			return err
 		}
 		switch s {
@@ -303,19 +327,19 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		case "ping":
 			r.Op = OpPing
 		default:
-			return invalid("unknown op " + strconv.Quote(s) + ": one of take, peek, ping")
+			d.fail(invalid("unknown op " + strconv.Quote(s) + ": one of take, peek, ping"))
 		}
 		return nil
 	case fieldSubject:
-		s, err := d.stringValue("subject")
+		s, _, err := d.stringValue("subject")
 		r.Subject = s
 		return err
 	case fieldPolicy:
-		s, err := d.stringValue("policy")
+		s, _, err := d.stringValue("policy")
 		r.Policy = s
 		return err
 	case fieldRequestID:
-		s, err := d.stringValue("request_id")
+		s, _, err := d.stringValue("request_id")
 		r.RequestID = s
 		return err
 	case fieldLimit:
@@ -338,39 +362,61 @@ func (d *decoder) isNull() bool {
 	return false
 }
 
-func (d *decoder) stringValue(name string) (string, error) {
+// atMemberEnd reports whether only whitespace separates the scan position
+// from the ',' or '}' that must follow an object member's value.
+func (d *decoder) atMemberEnd() bool {
+	for i := d.pos; i < len(d.data); i++ {
+		switch d.data[i] {
+		case ' ', '\t', '\r', '\n':
+		case ',', '}':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// stringValue decodes a JSON string; ok is false (and a semantic error kept)
+// when the value is of another type. err is a syntax error.
+func (d *decoder) stringValue(name string) (s string, ok bool, err error) {
 	if d.peek() != '"' {
 		if err := d.skip(0); err != nil {
-			return "", err
+			return "", false, err
 		}
-		return "", invalid(name + " must be a string")
+		d.fail(invalid(name + " must be a string"))
+		return "", false, nil
 	}
 	raw, escaped, err := d.scanString()
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if !escaped {
-		return string(raw), nil
+		return string(raw), true, nil
 	}
-	return unescape(raw)
+	s, err = unescape(raw)
+	return s, err == nil, err
 }
 
 // intValue accepts a JSON integer only: no fraction, no exponent, no string.
 // Out-of-range magnitudes are clamped to a value the range checks reject.
+// Like stringValue, it keeps a semantic error and returns a syntax error.
 func (d *decoder) intValue(name string, dst *int64) error {
 	c := d.peek()
 	if c != '-' && (c < '0' || c > '9') {
 		if err := d.skip(0); err != nil {
 			return err
 		}
-		return invalid(name + " must be an integer")
+		d.fail(invalid(name + " must be an integer"))
+		return nil
 	}
 	raw, integer, err := d.scanNumber()
 	if err != nil {
 		return err
 	}
 	if !integer {
-		return invalid(name + " must be an integer, without fraction or exponent")
+		d.fail(invalid(name + " must be an integer, without fraction or exponent"))
+		return nil
 	}
 	neg := raw[0] == '-'
 	if neg {
@@ -504,9 +550,11 @@ func (d *decoder) digits() int {
 	return n
 }
 
-// skip consumes any JSON value, checking its syntax.
+// skip consumes any JSON value, checking its syntax. depth counts the
+// containers already open around the value, below the request object; a
+// value may open at most maxNesting more.
 func (d *decoder) skip(depth int) error {
-	if depth > maxNesting {
+	if depth >= maxNesting && (d.peek() == '{' || d.peek() == '[') {
 		return invalid("invalid JSON: nesting too deep")
 	}
 	switch c := d.peek(); {

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"errors"
 	"strconv"
 	"unicode/utf8"
 )
@@ -36,7 +37,8 @@ type PingReply struct {
 // order is fixed, nothing is allocated on the hot path, and the id is echoed
 // byte for byte.
 
-// AppendTake appends the reply line (with its '\n') to dst.
+// AppendTake appends the reply line (with its '\n') to dst. id is the raw
+// JSON text of the request's id (Request.ID); nil or empty omits it.
 func AppendTake(dst, id []byte, r TakeReply) []byte {
 	dst = appendHead(dst, id, true)
 	dst = appendBool(dst, `,"allowed":`, r.Allowed)
@@ -80,18 +82,21 @@ func AppendError(dst, id []byte, code Code, message string) []byte {
 	return append(dst, "}\n"...)
 }
 
-// AppendErr appends the error reply for err: its own code when it is an
-// *Error, INTERNAL otherwise.
+// AppendErr appends the error reply for err: the code and message of the
+// *Error it is or wraps, INTERNAL and its text otherwise. A caller that adds
+// context with %w keeps the client's code.
 func AppendErr(dst, id []byte, err error) []byte {
-	if e, ok := err.(*Error); ok {
+	if e, ok := errors.AsType[*Error](err); ok {
 		return AppendError(dst, id, e.Code, e.Message)
 	}
 	return AppendError(dst, id, CodeInternal, err.Error())
 }
 
+// appendHead writes the id only when there is one: an empty id would make
+// the line invalid JSON.
 func appendHead(dst, id []byte, ok bool) []byte {
 	dst = append(dst, '{')
-	if id != nil {
+	if len(id) > 0 {
 		dst = append(dst, `"id":`...)
 		dst = append(dst, id...)
 		dst = append(dst, ',')

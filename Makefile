@@ -1,0 +1,45 @@
+# quotad: run `make help` for the targets.
+SHELL      := /bin/bash
+GO         ?= go
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS    := -s -w -X main.version=$(VERSION)
+BIN        := bin/quotad
+SOCKET     ?= ./quotad.sock
+FUZZTIME   ?= 10s
+
+.PHONY: help build run test test-unit fuzz lint redis-server clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build bin/quotad
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) .
+
+run: build ## run the sidecar on ./quotad.sock (embedded store unless QUOTAD_REDIS_URL is set)
+	QUOTAD_SOCKET=$${QUOTAD_SOCKET:-$(SOCKET)} QUOTAD_LOG_FORMAT=$${QUOTAD_LOG_FORMAT:-console} ./$(BIN) serve
+
+test: redis-server lint ## every test, with the race detector, plus a short fuzz run of the codec
+	$(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory fuzz
+
+fuzz: ## run each codec fuzz target for FUZZTIME (default 10s)
+	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./protocol/
+	$(GO) test -run='^$$' -fuzz='^FuzzLineReader$$' -fuzztime=$(FUZZTIME) ./protocol/
+
+lint: ## gofmt and go vet
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+redis-server: ## make sure redis-server is installed (apt-get when root)
+	@if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing redis-server with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	else \
+		echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server) and run make test again" >&2; exit 1; \
+	fi; \
+	command -v redis-server >/dev/null
+
+clean: ## remove build output
+	rm -rf bin $(SOCKET)

@@ -1,0 +1,21 @@
+module quotad
+
+go 1.26
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/redis/rueidis v1.0.79
+	github.com/urfave/cli/v2 v2.27.7
+	go.uber.org/goleak v1.3.0
+	go.uber.org/zap v1.28.0
+	go.yaml.in/yaml/v3 v3.0.6
+)
+
+require (
+	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
+	github.com/russross/blackfriday/v2 v2.1.0 // indirect
+	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+)

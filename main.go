@@ -1,0 +1,337 @@
+// Command quotad is a sidecar that gives every process in a pod atomic,
+// idempotent quota decisions backed by Redis, over a line-based JSON protocol
+// on a Unix socket. This file only wires the command line; the server lives in
+// package sidecar, the wire format in package protocol.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"quotad/protocol"
+	"quotad/sidecar"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitError  = 1 // an error reply, a transport failure, a bad flag
+	exitDenied = 2 // a denial, only with --exit-code
+)
+
+// exitError carries a process exit code through urfave/cli.
+type exitErr struct {
+	code int
+	err  error
+}
+
+func (e *exitErr) Error() string {
+	if e.err == nil {
+		return ""
+	}
+	return e.err.Error()
+}
+
+func main() {
+	err := run(context.Background(), os.Args, os.Stdout, os.Stderr)
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitErr
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(stderr, "quotad:", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "quotad:", err)
+	return exitError
+}
+
+// run is the whole command line, callable from tests without a subprocess.
+// Cancelling ctx stops a running `serve` as SIGTERM would.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	app := &cli.App{
+		Name:      "quotad",
+		Usage:     "atomic, idempotent quota decisions from Redis over a Unix socket",
+		Version:   version,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		// Errors are printed once, by exitCode.
+		ExitErrHandler: func(*cli.Context, error) {},
+		Commands: []*cli.Command{
+			serveCommand(),
+			requestCommand("take", "take quota and print the JSON reply"),
+			requestCommand("peek", "show a window's usage without consuming"),
+			pingCommand(),
+			{
+				Name:  "version",
+				Usage: "print the version",
+				Action: func(c *cli.Context) error {
+					_, err := fmt.Fprintln(c.App.Writer, version)
+					return err
+				},
+			},
+		},
+	}
+	return app.RunContext(ctx, args)
+}
+
+func socketFlag() *cli.StringFlag {
+	return &cli.StringFlag{Name: "socket", Value: "/run/quotad/quotad.sock", EnvVars: []string{"QUOTAD_SOCKET"}, Usage: "path of the Unix socket"}
+}
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the sidecar",
+		Flags: []cli.Flag{
+			socketFlag(),
+			&cli.StringFlag{Name: "socket-mode", Value: "0660", EnvVars: []string{"QUOTAD_SOCKET_MODE"}, Usage: "permissions of the socket file (octal)"},
+			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"QUOTAD_REDIS_URL"}, Usage: "Redis to decide against (redis://, rediss://, unix://, addr=, master_set=); empty runs an embedded store local to this process"},
+			&cli.StringFlag{Name: "config", EnvVars: []string{"QUOTAD_CONFIG"}, Usage: "policy file (YAML); reloaded on SIGHUP and when it changes"},
+			&cli.DurationFlag{Name: "config-poll", Value: 2 * time.Second, EnvVars: []string{"QUOTAD_CONFIG_POLL"}, Usage: "how often the policy file is checked for changes"},
+			&cli.StringFlag{Name: "key-prefix", Value: "quotad:", EnvVars: []string{"QUOTAD_KEY_PREFIX"}, Usage: "prefix of every Redis key quotad writes"},
+			&cli.DurationFlag{Name: "redis-timeout", Value: sidecar.DefaultRedisTimeout, EnvVars: []string{"QUOTAD_REDIS_TIMEOUT"}, Usage: "deadline of every Redis call"},
+			&cli.IntFlag{Name: "max-line-bytes", Value: sidecar.DefaultMaxLineBytes, EnvVars: []string{"QUOTAD_MAX_LINE_BYTES"}, Usage: "longest request line; longer ones are answered TOO_LARGE"},
+			&cli.IntFlag{Name: "max-conns", Value: sidecar.DefaultMaxConns, EnvVars: []string{"QUOTAD_MAX_CONNS"}, Usage: "most client connections at once"},
+			&cli.IntFlag{Name: "max-inflight-per-conn", Value: sidecar.DefaultMaxInflightPerConn, EnvVars: []string{"QUOTAD_MAX_INFLIGHT_PER_CONN"}, Usage: "requests of one connection in flight before reading pauses"},
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, EnvVars: []string{"QUOTAD_SHUTDOWN_TIMEOUT"}, Usage: "how long in-flight requests may finish after SIGTERM"},
+			&cli.BoolFlag{Name: "allow-inline", Value: true, EnvVars: []string{"QUOTAD_ALLOW_INLINE"}, Usage: "accept inline limit/window_ms; false allows named policies only"},
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"QUOTAD_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-format", Value: "json", EnvVars: []string{"QUOTAD_LOG_FORMAT"}, Usage: "json or console"},
+		},
+		Action: serve,
+	}
+}
+
+func serve(c *cli.Context) error {
+	log, err := sidecar.NewLogger(c.String("log-level"), c.String("log-format"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	mode, err := strconv.ParseUint(c.String("socket-mode"), 8, 32)
+	if err != nil || mode > 0o777 {
+		return fmt.Errorf("--socket-mode %q: want an octal mode such as 0660", c.String("socket-mode"))
+	}
+	prefix := c.String("key-prefix")
+	if strings.ContainsAny(prefix, "{}") {
+		return fmt.Errorf("--key-prefix %q: must not contain { or }, which would put every key in one Redis Cluster slot", prefix)
+	}
+	cfgPath := c.String("config")
+	cfg, err := sidecar.LoadConfig(cfgPath)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	timeout := c.Duration("redis-timeout")
+	if timeout <= 0 {
+		return fmt.Errorf("--redis-timeout must be positive")
+	}
+	store, err := sidecar.OpenStore(sidecar.StoreOptions{RedisURL: c.String("redis-url"), Timeout: timeout, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	l, err := sidecar.Listen(c.String("socket"), os.FileMode(mode))
+	if err != nil {
+		return err
+	}
+	srv := sidecar.NewServer(sidecar.Options{
+		Store:              store,
+		Config:             cfg,
+		KeyPrefix:          prefix,
+		RedisTimeout:       timeout,
+		MaxLineBytes:       c.Int("max-line-bytes"),
+		MaxConns:           c.Int("max-conns"),
+		MaxInflightPerConn: c.Int("max-inflight-per-conn"),
+		AllowInline:        c.Bool("allow-inline"),
+		Version:            version,
+		Logger:             log,
+	})
+	srv.LogStart(sidecar.StartInfo{Socket: c.String("socket"), RedisURL: c.String("redis-url"), ConfigPath: cfgPath})
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	var reloader *sidecar.Reloader
+	if cfgPath != "" {
+		reloader = sidecar.NewReloader(cfgPath, c.Duration("config-poll"), srv, log)
+		go reloader.Run(bg)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(bg, l) }()
+
+	drained := make(chan error, 1)
+	draining := false
+	startDrain := func(why string) {
+		draining = true
+		srv.LogShutdown(why)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
+			defer cancel()
+			drained <- srv.Shutdown(ctx)
+		}()
+	}
+	done := c.Context.Done()
+	for {
+		select {
+		case sig := <-sigs:
+			switch {
+			case sig == syscall.SIGHUP:
+				if reloader != nil {
+					reloader.Trigger()
+				}
+			case draining:
+				srv.LogForcedExit(sig.String())
+				srv.Close()
+				return &exitErr{code: exitError, err: errors.New("forced exit on second signal")}
+			default:
+				startDrain(sig.String())
+			}
+		case <-done:
+			done = nil
+			if !draining {
+				startDrain("context cancelled")
+			}
+		case err := <-served:
+			if !errors.Is(err, sidecar.ErrServerClosed) {
+				srv.Close()
+				return fmt.Errorf("serve: %w", err)
+			}
+			served = nil
+		case err := <-drained:
+			if err != nil {
+				srv.LogShutdownTimeout(err)
+			}
+			srv.LogStopped()
+			return nil
+		}
+	}
+}
+
+// requestFlags are the addressing flags shared by take and peek.
+func requestFlags(op string) []cli.Flag {
+	flags := []cli.Flag{
+		socketFlag(),
+		&cli.StringFlag{Name: "subject", Aliases: []string{"s"}, Usage: "who or what is limited (or give it as the first argument)"},
+		&cli.StringFlag{Name: "policy", Aliases: []string{"p"}, Usage: "named policy from the sidecar's config"},
+		&cli.Int64Flag{Name: "limit", Usage: "inline limit (with --window-ms)"},
+		&cli.Int64Flag{Name: "window-ms", Usage: "inline window in milliseconds (with --limit)"},
+		&cli.Int64Flag{Name: "timeout-ms", Usage: "shorten the sidecar's Redis deadline for this request"},
+		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up waiting for the sidecar after this long"},
+	}
+	if op == "take" {
+		flags = append(flags,
+			&cli.Int64Flag{Name: "cost", Value: 1, Usage: "units to take"},
+			&cli.StringFlag{Name: "request-id", Aliases: []string{"r"}, Usage: "idempotency key: a retry with the same id gets the original answer"},
+			&cli.BoolFlag{Name: "exit-code", Usage: fmt.Sprintf("exit %d when the take is denied (default: a denial exits 0)", exitDenied)},
+		)
+	}
+	return flags
+}
+
+func requestCommand(op, usage string) *cli.Command {
+	return &cli.Command{
+		Name:      op,
+		Usage:     usage,
+		ArgsUsage: "[subject]",
+		Flags:     requestFlags(op),
+		Action: func(c *cli.Context) error {
+			req := map[string]any{"op": op}
+			subject := c.String("subject")
+			if subject == "" {
+				subject = c.Args().First()
+			}
+			if subject == "" {
+				return &exitErr{code: exitError, err: errors.New("a subject is required (--subject or first argument)")}
+			}
+			req["subject"] = subject
+			if p := c.String("policy"); p != "" {
+				req["policy"] = p
+			}
+			for _, f := range []string{"limit", "window-ms", "timeout-ms", "cost"} {
+				if c.IsSet(f) {
+					req[strings.ReplaceAll(f, "-", "_")] = c.Int64(f)
+				}
+			}
+			if id := c.String("request-id"); id != "" {
+				req["request_id"] = id
+			}
+			reply, err := call(c, req)
+			if err != nil {
+				return err
+			}
+			if op == "take" && c.Bool("exit-code") && !reply.Allowed {
+				return &exitErr{code: exitDenied}
+			}
+			return nil
+		},
+	}
+}
+
+func pingCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "ping",
+		Usage: "check that the sidecar answers; prints the store in use and Redis health",
+		Flags: []cli.Flag{
+			socketFlag(),
+			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up waiting for the sidecar after this long"},
+		},
+		Action: func(c *cli.Context) error {
+			_, err := call(c, map[string]any{"op": "ping"})
+			return err
+		},
+	}
+}
+
+// call sends one request to the sidecar and prints the reply line. An error
+// reply or a transport failure is an error (non-zero exit, message on
+// stderr); a denial is not.
+func call(c *cli.Context, req map[string]any) (protocol.Reply, error) {
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	defer cancel()
+	client, err := protocol.Dial(ctx, c.String("socket"))
+	if err != nil {
+		return protocol.Reply{}, err
+	}
+	defer client.Close()
+	line, err := json.Marshal(req)
+	if err != nil {
+		return protocol.Reply{}, fmt.Errorf("encode request: %w", err)
+	}
+	raw, err := client.Do(ctx, line)
+	if err != nil {
+		return protocol.Reply{}, err
+	}
+	fmt.Fprintf(c.App.Writer, "%s\n", raw)
+	var reply protocol.Reply
+	if err := json.Unmarshal(raw, &reply); err != nil {
+		return reply, fmt.Errorf("decode reply: %w", err)
+	}
+	if err := reply.Err(); err != nil {
+		return reply, err
+	}
+	return reply, nil
+}

@@ -1,0 +1,140 @@
+package sidecar
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"quotad/protocol"
+)
+
+// Algorithms a policy may name.
+const AlgorithmFixedWindow = "fixed_window"
+
+// DefaultMaxRequestIDs caps the request_id records of one window when a
+// policy does not set max_request_ids, and for inline limits.
+const DefaultMaxRequestIDs = 10_000
+
+// maxMaxRequestIDs bounds max_request_ids: each record is a hash field, so
+// this bounds the memory of one subject's window.
+const maxMaxRequestIDs = 1_000_000
+
+// Policy is one named limit from the config file.
+type Policy struct {
+	Name          string
+	Algorithm     string
+	Limit         int64
+	WindowMS      int64
+	MaxRequestIDs int64
+}
+
+// Config is a parsed and validated policy file. It is immutable once built;
+// a reload builds a new one.
+type Config struct {
+	Policies map[string]*Policy
+}
+
+// Names returns the policy names in order, for logs.
+func (c *Config) Names() []string {
+	names := make([]string, 0, len(c.Policies))
+	for n := range c.Policies {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// fileConfig is the YAML shape of the policy file.
+type fileConfig struct {
+	Policies map[string]filePolicy `yaml:"policies"`
+}
+
+type filePolicy struct {
+	Algorithm     string `yaml:"algorithm"`
+	Limit         *int64 `yaml:"limit"`
+	Window        string `yaml:"window"`
+	MaxRequestIDs *int64 `yaml:"max_request_ids"`
+}
+
+// LoadConfig reads and validates the policy file at path. An empty path is
+// an empty config (inline limits only).
+func LoadConfig(path string) (*Config, error) {
+	if path == "" {
+		return &Config{Policies: map[string]*Policy{}}, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig parses and validates a policy file's contents. Unknown fields
+// are errors, so a typo cannot silently drop a limit.
+func ParseConfig(data []byte) (*Config, error) {
+	var fc fileConfig
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, &ConfigError{Msg: "parse yaml: " + err.Error()}
+	}
+	cfg := &Config{Policies: make(map[string]*Policy, len(fc.Policies))}
+	for name, fp := range fc.Policies {
+		p, err := buildPolicy(name, fp)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Policies[name] = p
+	}
+	return cfg, nil
+}
+
+func buildPolicy(name string, fp filePolicy) (*Policy, error) {
+	fail := func(field, msg string) error { return &ConfigError{Policy: name, Field: field, Msg: msg} }
+	if !protocol.ValidPolicyName(name) {
+		return nil, &ConfigError{Policy: name, Msg: "name must be 1 to 64 of A-Z a-z 0-9 _ . -"}
+	}
+	p := &Policy{Name: name, Algorithm: fp.Algorithm, MaxRequestIDs: DefaultMaxRequestIDs}
+	if p.Algorithm == "" {
+		p.Algorithm = AlgorithmFixedWindow
+	}
+	if p.Algorithm != AlgorithmFixedWindow {
+		return nil, fail("algorithm", "unknown algorithm "+quote(p.Algorithm)+" (supported: fixed_window)")
+	}
+	if fp.Limit == nil {
+		return nil, fail("limit", "is required")
+	}
+	if *fp.Limit < 1 || *fp.Limit > protocol.MaxLimit {
+		return nil, fail("limit", "must be from 1 to 1000000000, got "+strconv.FormatInt(*fp.Limit, 10))
+	}
+	p.Limit = *fp.Limit
+	if fp.Window == "" {
+		return nil, fail("window", "is required (a duration such as 1s, 1m, 1h)")
+	}
+	w, err := time.ParseDuration(fp.Window)
+	if err != nil {
+		return nil, fail("window", "not a duration: "+quote(fp.Window))
+	}
+	if w%time.Millisecond != 0 || w < time.Millisecond || w > protocol.MaxWindowMS*time.Millisecond {
+		return nil, fail("window", "must be whole milliseconds from 1ms to 744h (31 days), got "+fp.Window)
+	}
+	p.WindowMS = w.Milliseconds()
+	if fp.MaxRequestIDs != nil {
+		if *fp.MaxRequestIDs < 1 || *fp.MaxRequestIDs > maxMaxRequestIDs {
+			return nil, fail("max_request_ids", "must be from 1 to 1000000")
+		}
+		p.MaxRequestIDs = *fp.MaxRequestIDs
+	}
+	return p, nil
+}

@@ -1,0 +1,133 @@
+package sidecar
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"time"
+
+	"quotad/protocol"
+)
+
+// readBufSize is the per-connection read buffer; longer lines are assembled
+// in a scratch slice up to --max-line-bytes, so idle connections stay small.
+const readBufSize = 4 << 10
+
+// writeBufSize batches replies: the writer flushes when no finished reply is
+// waiting, so pipelining clients get many replies per syscall.
+const writeBufSize = 4 << 10
+
+// slot is one request's place in a connection's reply order. out is written
+// once, before done is closed.
+type slot struct {
+	req  protocol.Request
+	out  []byte
+	done chan struct{}
+}
+
+// closedDone marks replies computed synchronously (errors, ping).
+var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// conn serves one client. One reader goroutine decodes lines and starts each
+// request; one writer goroutine writes the replies in request order. The
+// queue between them is bounded by --max-inflight-per-conn: when it is full
+// the reader stops reading, so a client that never reads its replies holds
+// at most that many requests in memory (backpressure, not buffering).
+type conn struct {
+	s     *Server
+	nc    net.Conn
+	queue chan *slot
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	return &conn{s: s, nc: nc, queue: make(chan *slot, s.opts.MaxInflightPerConn)}
+}
+
+func (c *conn) serve() {
+	go c.writeLoop()
+	c.readLoop()
+}
+
+// stopReading makes the blocked read return, so the reader answers the lines
+// it already buffered and then closes the queue.
+func (c *conn) stopReading() { _ = c.nc.SetReadDeadline(time.Now()) }
+
+func (c *conn) readLoop() {
+	defer close(c.queue)
+	lr := protocol.NewLineReader(c.nc, readBufSize, c.s.opts.MaxLineBytes)
+	for {
+		line, err := lr.ReadLine()
+		if errors.Is(err, protocol.ErrTooLarge) {
+			c.queue <- &slot{out: protocol.AppendErr(nil, nil, err), done: closedDone}
+			continue
+		}
+		if err != nil {
+			// EOF, a closed connection or the shutdown read deadline: none
+			// is worth a log line.
+			return
+		}
+		if isBlank(line) {
+			continue
+		}
+		c.queue <- c.start(line)
+	}
+}
+
+// start decodes a line and, for requests that need Redis, runs them on
+// their own goroutine so one connection's requests execute concurrently.
+func (c *conn) start(line []byte) *slot {
+	sl := &slot{done: closedDone}
+	if err := protocol.Decode(line, &sl.req); err != nil {
+		sl.out = protocol.AppendErr(nil, sl.req.ID, err)
+		return sl
+	}
+	if c.s.shutting.Load() {
+		sl.out = protocol.AppendError(nil, sl.req.ID, protocol.CodeShuttingDown, "the sidecar is shutting down: the request was not run")
+		return sl
+	}
+	if sl.req.Op == protocol.OpPing {
+		sl.out = c.s.handle(c.s.reqCtx, &sl.req, nil)
+		return sl
+	}
+	sl.done = make(chan struct{})
+	go func() {
+		sl.out = c.s.handle(c.s.reqCtx, &sl.req, nil)
+		close(sl.done)
+	}()
+	return sl
+}
+
+func (c *conn) writeLoop() {
+	defer c.s.untrack(c)
+	defer c.nc.Close()
+	bw := bufio.NewWriterSize(c.nc, writeBufSize)
+	broken := false
+	for sl := range c.queue {
+		<-sl.done
+		if broken {
+			continue // keep draining so the reader is never blocked on the queue
+		}
+		_, err := bw.Write(sl.out)
+		if err == nil && len(c.queue) == 0 {
+			err = bw.Flush()
+		}
+		if err != nil {
+			// The client is gone or stopped reading past a deadline: close so
+			// the reader stops too.
+			broken = true
+			c.nc.Close()
+		}
+	}
+	if !broken {
+		_ = bw.Flush()
+	}
+}
+
+func isBlank(line []byte) bool {
+	for _, b := range line {
+		if b != ' ' && b != '\t' && b != '\r' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,178 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+
+	"quotad/luascript"
+	"quotad/protocol"
+)
+
+// limits is what a request is decided against once its policy is resolved.
+type limits struct {
+	policy   string // the named policy, or "" for inline limits
+	limit    int64
+	windowMS int64
+	maxIDs   int64
+}
+
+// handle runs one decoded request and appends its reply line to dst.
+func (s *Server) handle(ctx context.Context, req *protocol.Request, dst []byte) []byte {
+	switch req.Op {
+	case protocol.OpPing:
+		return protocol.AppendPing(dst, req.ID, protocol.PingReply{
+			Store:   s.store.Kind(),
+			RedisOK: s.store.Up(),
+			Version: s.opts.Version,
+		})
+	case protocol.OpTake, protocol.OpPeek:
+		return s.decide(ctx, req, dst)
+	}
+	return protocol.AppendError(dst, req.ID, protocol.CodeInternal, "unhandled op "+req.Op.String())
+}
+
+func (s *Server) resolve(req *protocol.Request) (limits, error) {
+	var l limits
+	if req.Policy != "" {
+		p, ok := s.cfg.Load().Policies[req.Policy]
+		if !ok {
+			return l, &protocol.Error{Code: protocol.CodeUnknownPolicy, Message: "no policy named " + strconv.Quote(req.Policy) + " in the config"}
+		}
+		l = limits{policy: p.Name, limit: p.Limit, windowMS: p.WindowMS, maxIDs: p.MaxRequestIDs}
+	} else {
+		if !s.opts.AllowInline {
+			return l, &protocol.Error{Code: protocol.CodeInvalid, Message: "inline limits are disabled on this sidecar: name a policy"}
+		}
+		l = limits{limit: req.Limit, windowMS: req.WindowMS, maxIDs: DefaultMaxRequestIDs}
+	}
+	if req.Op == protocol.OpTake && req.Cost > l.limit {
+		return l, &protocol.Error{Code: protocol.CodeInvalid, Message: "cost " + strconv.FormatInt(req.Cost, 10) + " exceeds the limit " + strconv.FormatInt(l.limit, 10)}
+	}
+	return l, nil
+}
+
+func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) []byte {
+	l, err := s.resolve(req)
+	if err != nil {
+		return protocol.AppendErr(dst, req.ID, err)
+	}
+	client, err := s.store.Client()
+	if err != nil {
+		return s.appendFailure(dst, req, err)
+	}
+	timeout := s.opts.RedisTimeout
+	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < timeout {
+		timeout = t
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	key := luascript.FixedWindowKey(s.opts.KeyPrefix, l.policy, req.Subject)
+	strict := l.policy == ""
+
+	if req.Op == protocol.OpPeek {
+		res, err := luascript.FixedWindowPeek(ctx, client, luascript.PeekArgs{Key: key, Limit: l.limit, WindowMS: l.windowMS, Strict: strict})
+		s.observe(err)
+		if err != nil {
+			return s.appendFailure(dst, req, err)
+		}
+		return protocol.AppendPeek(dst, req.ID, protocol.PeekReply{
+			Limit: l.limit, Used: res.Used, Remaining: max(l.limit-res.Used, 0), ResetMS: max(res.ResetMS, 0),
+		})
+	}
+
+	res, err := luascript.FixedWindowTake(ctx, client, luascript.TakeArgs{
+		Key: key, Limit: l.limit, WindowMS: l.windowMS, Cost: req.Cost,
+		RequestID: req.RequestID, Strict: strict, MaxRequestIDs: l.maxIDs,
+	})
+	s.observe(err)
+	if err != nil {
+		return s.appendFailure(dst, req, err)
+	}
+	if res.Healed {
+		s.healed.Add(1)
+		s.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, l.policy), zap.String(keyKey, key))
+	}
+	reply := protocol.TakeReply{
+		Allowed: res.Allowed, Replay: res.Replay, Limit: l.limit, Used: res.Used,
+		Remaining: max(l.limit-res.Used, 0), ResetMS: res.ResetMS,
+	}
+	if !res.Allowed {
+		// A fixed window frees capacity only when it ends.
+		reply.RetryAfterMS = res.ResetMS
+	}
+	return protocol.AppendTake(dst, req.ID, reply)
+}
+
+// observe feeds a call's outcome to the store's health: a typed script
+// error is an answer from Redis.
+func (s *Server) observe(err error) {
+	var le *luascript.Error
+	if errors.As(err, &le) {
+		err = nil
+	}
+	s.store.Observe(err)
+}
+
+// transientReplies are Redis error replies that mean "not now": the request
+// was not run (or ran without writing) and may succeed later.
+var transientReplies = []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "OOM", "NOREPLICAS", "MISCONF"}
+
+// appendFailure maps a failed call to its error reply. Only a typed script
+// error is a definite answer; a timeout or a lost connection leaves the
+// outcome of a take unknown, and the message says so.
+func (s *Server) appendFailure(dst []byte, req *protocol.Request, err error) []byte {
+	var le *luascript.Error
+	if errors.As(err, &le) {
+		code := protocol.Code(le.Code)
+		switch code {
+		case protocol.CodeInvalid, protocol.CodeConflict, protocol.CodePolicy, protocol.CodeWrongType, protocol.CodeRequestIDsFull:
+			return protocol.AppendError(dst, req.ID, code, le.Message)
+		}
+		s.log.Error("unexpected script error", zap.Error(err), zap.Stringer(keyOp, req.Op))
+		return protocol.AppendError(dst, req.ID, protocol.CodeInternal, err.Error())
+	}
+	unknown := ""
+	if req.Op == protocol.OpTake {
+		unknown = ": the outcome is unknown; retry with the same request_id"
+	}
+	switch {
+	case errors.Is(err, context.Canceled) && s.shutting.Load():
+		return protocol.AppendError(dst, req.ID, protocol.CodeShuttingDown, "the sidecar shut down before redis answered"+unknown)
+	case errors.Is(err, context.DeadlineExceeded):
+		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "redis did not answer in time"+unknown)
+	case errors.Is(err, ErrNotConnected):
+		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "not connected to redis: the request was not run")
+	case errors.Is(err, luascript.ErrMalformedReply):
+		s.log.Error("malformed script reply", zap.Error(err), zap.Stringer(keyOp, req.Op))
+		return protocol.AppendError(dst, req.ID, protocol.CodeInternal, err.Error())
+	case isRedisReply(err):
+		msg := redisMessage(err)
+		for _, p := range transientReplies {
+			if strings.HasPrefix(msg, p) {
+				return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "redis refused the request: "+msg)
+			}
+		}
+		if strings.HasPrefix(msg, "WRONGTYPE") {
+			return protocol.AppendError(dst, req.ID, protocol.CodeWrongType, msg)
+		}
+		s.log.Error("unexpected redis error", zap.Error(err), zap.Stringer(keyOp, req.Op))
+		return protocol.AppendError(dst, req.ID, protocol.CodeInternal, "redis: "+msg)
+	default:
+		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, fmt.Sprintf("redis unreachable (%v)%s", err, unknown))
+	}
+}
+
+func redisMessage(err error) string {
+	var re *rueidis.RedisError
+	if errors.As(err, &re) {
+		return re.Error()
+	}
+	return err.Error()
+}

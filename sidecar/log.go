@@ -1,0 +1,106 @@
+package sidecar
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Log keys. They are a public interface (people grep and jq them); the
+// README documents each one. Change them only with a note in the README.
+const (
+	keySocket      = "socket"
+	keyStore       = "store"
+	keyRedisURL    = "redis_url"
+	keyConfig      = "config"
+	keyPolicies    = "policies"
+	keyPolicy      = "policy"
+	keyKey         = "key"
+	keyKeyPrefix   = "key_prefix"
+	keyConns       = "conns"
+	keyMaxConns    = "max_conns"
+	keyBackoff     = "backoff"
+	keyOp          = "op"
+	keyCode        = "code"
+	keyInflight    = "inflight"
+	keyVersion     = "version"
+	keyTimeout     = "redis_timeout"
+	keyAllowInline = "allow_inline"
+	keyReason      = "reason"
+)
+
+// NewLogger builds the process logger: level is debug, info, warn or error;
+// format is json (for machines) or console (for people at a terminal).
+// Timestamps are ISO 8601 under "ts", the message under "msg".
+func NewLogger(level, format string) (*zap.Logger, error) {
+	var lvl zapcore.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	var cfg zap.Config
+	switch format {
+	case "json":
+		cfg = zap.NewProductionConfig()
+	case "console":
+		cfg = zap.NewDevelopmentConfig()
+		cfg.Development = false
+	default:
+		return nil, fmt.Errorf("--log-format %q: want json or console", format)
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	cfg.EncoderConfig.TimeKey = "ts"
+	cfg.DisableStacktrace = true
+	cfg.Sampling = nil
+	l, err := cfg.Build()
+	if err != nil {
+		return nil, fmt.Errorf("build logger: %w", err)
+	}
+	return l, nil
+}
+
+// StartInfo is what the start-up log line reports beyond the server's own
+// options.
+type StartInfo struct {
+	Socket     string
+	RedisURL   string // redacted before logging
+	ConfigPath string
+}
+
+// LogStart writes the start-up line (and the embedded-store warning), so an
+// operator sees in one place how this sidecar is configured.
+func (s *Server) LogStart(info StartInfo) {
+	if s.store.Kind() == StoreEmbedded {
+		s.log.Warn("NO REDIS CONFIGURED: using an embedded store local to this process; quotas are not shared with any other sidecar and are lost on restart. Set --redis-url for real use.")
+	}
+	s.log.Info("quotad started",
+		zap.String(keyVersion, s.opts.Version),
+		zap.String(keySocket, info.Socket),
+		zap.String(keyStore, s.store.Kind()),
+		zap.String(keyRedisURL, RedactURL(info.RedisURL)),
+		zap.String(keyKeyPrefix, s.opts.KeyPrefix),
+		zap.String(keyConfig, info.ConfigPath),
+		zap.Strings(keyPolicies, s.Config().Names()),
+		zap.Bool(keyAllowInline, s.opts.AllowInline),
+		zap.Duration(keyTimeout, s.opts.RedisTimeout),
+		zap.Int(keyMaxConns, s.opts.MaxConns),
+		zap.Int(keyInflight, s.opts.MaxInflightPerConn),
+	)
+}
+
+// LogShutdown, LogForcedExit, LogShutdownTimeout and LogStopped report the
+// stages of a shutdown.
+func (s *Server) LogShutdown(reason string) {
+	s.log.Info("shutting down", zap.String(keyReason, reason), zap.Int(keyConns, s.Conns()))
+}
+
+func (s *Server) LogForcedExit(signal string) {
+	s.log.Warn("second signal: exiting now", zap.String(keyReason, signal))
+}
+
+func (s *Server) LogShutdownTimeout(err error) {
+	s.log.Warn("shutdown timed out; unfinished requests were answered SHUTTING_DOWN", zap.Error(err))
+}
+
+func (s *Server) LogStopped() { s.log.Info("quotad stopped") }

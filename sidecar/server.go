@@ -1,0 +1,298 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"quotad/protocol"
+)
+
+// Defaults of the server's limits; the CLI exposes each as a flag.
+const (
+	DefaultMaxLineBytes       = 16 << 10
+	DefaultMaxConns           = 10_000
+	DefaultMaxInflightPerConn = 128
+	DefaultRedisTimeout       = time.Second
+)
+
+// Options configures a Server. Zero values take the defaults above.
+type Options struct {
+	Store     *Store
+	Config    *Config
+	KeyPrefix string
+	// RedisTimeout is the deadline of every Redis call; a request's
+	// timeout_ms may shorten it, never lengthen it.
+	RedisTimeout       time.Duration
+	MaxLineBytes       int
+	MaxConns           int
+	MaxInflightPerConn int
+	AllowInline        bool
+	Version            string
+	Logger             *zap.Logger
+}
+
+// Server answers protocol requests on Unix-socket connections.
+//
+// Its shape follows net/http: Serve blocks until the listener fails or the
+// server is shut down, Shutdown drains, Close forces.
+type Server struct {
+	opts  Options
+	log   *zap.Logger
+	store *Store
+	cfg   atomic.Pointer[Config]
+
+	// reqCtx is the parent of every request's context. It is cancelled when
+	// draining runs out of time, so in-flight Redis calls end at once.
+	reqCtx    context.Context
+	cancelReq context.CancelFunc
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	shutting  atomic.Bool
+	idle      chan struct{} // closed when shutting and no connection is left
+	idleOnce  sync.Once
+
+	healed atomic.Int64
+}
+
+// NewServer returns a server ready to Serve.
+func NewServer(opts Options) *Server {
+	if opts.MaxLineBytes <= 0 {
+		opts.MaxLineBytes = DefaultMaxLineBytes
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = DefaultMaxConns
+	}
+	if opts.MaxInflightPerConn <= 0 {
+		opts.MaxInflightPerConn = DefaultMaxInflightPerConn
+	}
+	if opts.RedisTimeout <= 0 {
+		opts.RedisTimeout = DefaultRedisTimeout
+	}
+	if opts.Config == nil {
+		opts.Config = &Config{Policies: map[string]*Policy{}}
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		opts:      opts,
+		log:       opts.Logger.Named("server"),
+		store:     opts.Store,
+		reqCtx:    ctx,
+		cancelReq: cancel,
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*conn]struct{}),
+		idle:      make(chan struct{}),
+	}
+	s.cfg.Store(opts.Config)
+	return s
+}
+
+// SetConfig swaps the policies in use. Requests already running keep the
+// config they started with; the next request sees the new one.
+func (s *Server) SetConfig(c *Config) { s.cfg.Store(c) }
+
+// Config returns the policies in use.
+func (s *Server) Config() *Config { return s.cfg.Load() }
+
+// Healed is the number of quota keys found without a TTL and repaired.
+func (s *Server) Healed() int64 { return s.healed.Load() }
+
+// Conns is the number of open connections.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Serve accepts connections on l until Shutdown or Close, then returns
+// ErrServerClosed. Cancelling ctx closes the server.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	s.mu.Lock()
+	if s.shutting.Load() {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	stop := context.AfterFunc(ctx, s.Close)
+	defer stop()
+
+	var backoff time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			if s.shutting.Load() {
+				return ErrServerClosed
+			}
+			if isTemporaryAccept(err) {
+				// Out of file descriptors and the like: wait instead of spinning.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", zap.Error(err), zap.Duration(keyBackoff, backoff))
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		backoff = 0
+		c := newConn(s, nc)
+		if ok, full := s.track(c); !ok {
+			if full {
+				s.refuse(nc, protocol.CodeUnavailable, fmt.Sprintf("connection limit reached (%d): nothing was run; retry later", s.opts.MaxConns))
+			} else {
+				s.refuse(nc, protocol.CodeShuttingDown, "the sidecar is shutting down: nothing was run")
+			}
+			continue
+		}
+		go c.serve()
+	}
+}
+
+func isTemporaryAccept(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) ||
+		errors.Is(err, syscall.ECONNABORTED)
+}
+
+// refuse answers a connection it will not serve with one error line.
+func (s *Server) refuse(nc net.Conn, code protocol.Code, msg string) {
+	_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = nc.Write(protocol.AppendError(nil, nil, code, msg))
+	_ = nc.Close()
+}
+
+func (s *Server) track(c *conn) (ok, full bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting.Load() {
+		return false, false
+	}
+	if len(s.conns) >= s.opts.MaxConns {
+		return false, true
+	}
+	s.conns[c] = struct{}{}
+	return true, false
+}
+
+func (s *Server) untrack(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c)
+	if s.shutting.Load() && len(s.conns) == 0 {
+		s.idleOnce.Do(func() { close(s.idle) })
+	}
+}
+
+// Shutdown stops accepting, answers lines read from now on with
+// SHUTTING_DOWN, and waits for in-flight requests to be answered. When ctx
+// ends first, in-flight Redis calls are cancelled (their callers get
+// SHUTTING_DOWN: the outcome is unknown), replies get a moment to be written,
+// and the remaining connections are closed; ctx's error is returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.shutting.Store(true)
+	for l := range s.listeners {
+		l.Close()
+	}
+	clear(s.listeners)
+	for c := range s.conns {
+		c.stopReading()
+	}
+	if len(s.conns) == 0 {
+		s.idleOnce.Do(func() { close(s.idle) })
+	}
+	s.mu.Unlock()
+
+	select {
+	case <-s.idle:
+		s.cancelReq()
+		return nil
+	case <-ctx.Done():
+	}
+	s.cancelReq()
+	grace := time.Now().Add(500 * time.Millisecond)
+	s.mu.Lock()
+	for c := range s.conns {
+		_ = c.nc.SetWriteDeadline(grace)
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.idle:
+	case <-time.After(time.Until(grace) + 100*time.Millisecond):
+	}
+	s.Close()
+	return ctx.Err()
+}
+
+// Close closes the listeners and every connection at once and cancels
+// in-flight Redis calls.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.shutting.Store(true)
+	for l := range s.listeners {
+		l.Close()
+	}
+	clear(s.listeners)
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	if len(s.conns) == 0 {
+		s.idleOnce.Do(func() { close(s.idle) })
+	}
+	s.mu.Unlock()
+	s.cancelReq()
+}
+
+// Listen creates the Unix socket at path with the given mode. A leftover
+// socket file that nobody answers on is replaced; a live socket or a path
+// that is not a socket is an error, so two sidecars never steal each other's
+// socket and a mistyped path never deletes a file.
+func Listen(path string, mode os.FileMode) (net.Listener, error) {
+	// sun_path holds 108 bytes on Linux, including the terminating NUL.
+	if len(path) > 107 {
+		return nil, fmt.Errorf("--socket %q: path is %d bytes, a unix socket path allows at most 107", path, len(path))
+	}
+	dir := filepath.Dir(path)
+	if st, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("--socket %q: directory %s: %w", path, dir, err)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("--socket %q: %s is not a directory", path, dir)
+	}
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("--socket %q: path exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("--socket %q: another process is serving on it", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on unix socket: %w", err)
+	}
+	// Go removes the file when the listener is closed.
+	l.(*net.UnixListener).SetUnlinkOnClose(true)
+	if err := os.Chmod(path, mode); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("chmod socket: %w", err)
+	}
+	return l, nil
+}

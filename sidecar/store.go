@@ -1,0 +1,217 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+)
+
+// Store kinds reported by ping.
+const (
+	StoreRedis    = "redis"
+	StoreEmbedded = "embedded"
+)
+
+// Store is the Redis the sidecar decides against: one rueidis client for the
+// whole process (auto-pipelining multiplexes every socket client over a few
+// connections), or an in-process store for trying quotad on a bare machine.
+//
+// When Redis cannot be reached at start the store keeps connecting in the
+// background; until then every call fails fast with ErrNotConnected.
+type Store struct {
+	kind   string
+	log    *zap.Logger
+	client atomic.Pointer[rueidis.Client]
+	up     atomic.Bool
+	embed  *miniredis.Miniredis
+
+	timeout time.Duration
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// ErrNotConnected is returned while the store has no Redis connection yet.
+var ErrNotConnected = errors.New("not connected to redis")
+
+// StoreOptions configures OpenStore.
+type StoreOptions struct {
+	// RedisURL in rueidis syntax (redis://, rediss://, unix://, addr=,
+	// master_set=). Empty means the embedded store.
+	RedisURL string
+	// Timeout bounds every probe; calls get their own deadlines.
+	Timeout time.Duration
+	// ProbeInterval is how often Redis is pinged to report health.
+	ProbeInterval time.Duration
+	Logger        *zap.Logger
+}
+
+// OpenStore parses the URL and starts connecting. A malformed URL is an
+// error now; an unreachable Redis is not (the sidecar serves UNAVAILABLE and
+// recovers by itself when Redis comes up).
+func OpenStore(opts StoreOptions) (*Store, error) {
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{log: opts.Logger.Named("store"), timeout: opts.Timeout, stop: cancel}
+	var copt rueidis.ClientOption
+	if opts.RedisURL == "" {
+		s.kind = StoreEmbedded
+		s.embed = miniredis.NewMiniRedis()
+		s.embed.ClockTTL(true) // TTLs follow the wall clock, like a real Redis
+		if err := s.embed.StartAddr("127.0.0.1:0"); err != nil {
+			cancel()
+			return nil, fmt.Errorf("start embedded store: %w", err)
+		}
+		// The embedded store has no client-side caching support.
+		copt = rueidis.ClientOption{InitAddress: []string{s.embed.Addr()}, DisableCache: true}
+	} else {
+		s.kind = StoreRedis
+		var err error
+		copt, err = rueidis.ParseURL(opts.RedisURL)
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("parse --redis-url %s: %w", RedactURL(opts.RedisURL), err)
+		}
+		// Decisions are scripts, never cached reads.
+		copt.DisableCache = true
+	}
+	s.wg.Add(1)
+	go s.run(ctx, copt, opts.ProbeInterval)
+	return s, nil
+}
+
+// Kind is StoreRedis or StoreEmbedded.
+func (s *Store) Kind() string { return s.kind }
+
+// Up reports whether Redis answered the last call or probe.
+func (s *Store) Up() bool { return s.up.Load() }
+
+// Client returns the rueidis client, or ErrNotConnected.
+func (s *Store) Client() (rueidis.Client, error) {
+	if c := s.client.Load(); c != nil {
+		return *c, nil
+	}
+	return nil, ErrNotConnected
+}
+
+// Observe records the outcome of a call: an answer from Redis (even an error
+// reply) means it is up; a transport error or timeout means it is not.
+func (s *Store) Observe(err error) {
+	if err == nil || isRedisReply(err) {
+		s.setUp(true, nil)
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return // the caller gave up; says nothing about Redis
+	}
+	s.setUp(false, err)
+}
+
+func (s *Store) setUp(up bool, err error) {
+	if s.up.Swap(up) == up {
+		return
+	}
+	if up {
+		s.log.Info("redis is up")
+	} else {
+		s.log.Warn("redis is down", zap.Error(err))
+	}
+}
+
+// run connects (retrying with backoff) and then probes Redis periodically so
+// that ping and the logs reflect its health even when no request comes in.
+func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.Duration) {
+	defer s.wg.Done()
+	backoff := 100 * time.Millisecond
+	for s.client.Load() == nil {
+		c, err := rueidis.NewClient(copt)
+		if err == nil {
+			s.client.Store(&c)
+			break
+		}
+		s.setUp(false, err)
+		s.log.Warn("cannot connect to redis, retrying", zap.Error(err), zap.Duration(keyBackoff, backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		s.probe(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Store) probe(ctx context.Context) {
+	c, err := s.Client()
+	if err != nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	err = c.Do(pctx, c.B().Ping().Build()).Error()
+	if ctx.Err() != nil {
+		return
+	}
+	s.Observe(err)
+}
+
+// Close stops probing and closes the client and the embedded store.
+func (s *Store) Close() {
+	s.stop()
+	s.wg.Wait()
+	if c := s.client.Load(); c != nil {
+		(*c).Close()
+	}
+	if s.embed != nil {
+		s.embed.Close()
+	}
+}
+
+// isRedisReply reports whether err is an error reply from Redis itself, as
+// opposed to a transport failure.
+func isRedisReply(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re)
+}
+
+// RedactURL hides the password of a Redis URL for logs and errors.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// Not parseable: show only the scheme so nothing secret leaks.
+		if i := strings.Index(raw, "://"); i > 0 {
+			return raw[:i] + "://(unparseable)"
+		}
+		return "(unparseable)"
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	q := u.Query()
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "pass") {
+			q.Set(k, "xxxxx")
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}

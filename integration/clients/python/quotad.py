@@ -104,9 +104,12 @@ class Client:
         as they are (check reply["ok"]) rather than raised, so one failing
         request does not hide the answers to the others.
 
-        All requests are written before any reply is read. Socket buffers
-        are finite, so a huge batch can stall both sides: keep a batch to
-        about a thousand requests and split bigger ones.
+        All requests are written before any reply is read. Once the socket
+        buffers fill, the sidecar stops reading until its replies are read,
+        and this write stalls until the timeout (or for ever with
+        timeout=None). With default Linux buffers that happens somewhere
+        past 2000 requests, so keep a batch to about a thousand and split
+        bigger ones.
         """
         self._check_open()
         data = b"".join(_encode(r) for r in reqs)

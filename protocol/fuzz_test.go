@@ -1,0 +1,260 @@
+package protocol_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"quotad/protocol"
+)
+
+// knownKeys are the request fields Decode reads.
+var knownKeys = []string{"id", "op", "subject", "policy", "limit", "window_ms", "cost", "request_id", "timeout_ms"}
+
+// plainKeys reports whether encoding/json reads the same fields from line
+// as Decode should: every top-level key appears once, and none is a
+// case-variant of a known field (encoding/json would match "OP" or
+// "\u017fubject" to a field; Decode ignores them).
+func plainKeys(line []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return false
+	}
+	seen := make(map[string]bool)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		key := tok.(string)
+		if seen[key] {
+			return false
+		}
+		seen[key] = true
+		for _, k := range knownKeys {
+			if key != k && (strings.EqualFold(key, k) || strings.EqualFold(strip(key), strip(k))) {
+				return false
+			}
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// strip drops '_' and '-', which looser JSON name matching ignores.
+func strip(s string) string {
+	return strings.NewReplacer("_", "", "-", "").Replace(s)
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"op":"ping"}`,
+		`{"id":7,"op":"take","subject":"user:42","limit":5,"window_ms":60000,"cost":2,"request_id":"order-1","timeout_ms":250}`,
+		`{"id":"x","op":"peek","subject":"s","policy":"api"}`,
+		`{"op":"take","subject":"\ud83d\ude00\ud800","policy":"p","x":{"a":[1,2.5e-3,null,true]}}`,
+		`{"op":"take","subject":"s","limit":1e0,"window_ms":1}`,
+		`{"op":null,"op":"ping"}`,
+		`{"OP":"ping"}`,
+		`{"\u006fp":"ping"}`,
+		`{"op":"launch","id":"x"}`,
+		`{"id":01}`,
+		"{\"op\":\"take\",\"subject\":\"\xff\",\"policy\":\"p\"}",
+		`{"op":"ping"} x`,
+		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`,
+		``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var r protocol.Request
+		err := protocol.Decode(line, &r)
+
+		// Whatever Decode did, the reply for it is one valid line and
+		// echoes the id byte for byte.
+		var reply []byte
+		if err != nil {
+			reply = protocol.AppendErr(nil, r.ID, err)
+		} else {
+			reply = protocol.AppendTake(nil, r.ID, protocol.TakeReply{})
+		}
+		if !json.Valid(reply) || !utf8.Valid(reply) || bytes.IndexByte(reply, '\n') != len(reply)-1 {
+			t.Fatalf("reply %q is not one valid JSON line", reply)
+		}
+		if r.ID != nil {
+			if len(r.ID) == 0 || len(r.ID) > protocol.MaxIDBytes || !json.Valid(r.ID) || !bytes.Contains(line, r.ID) {
+				t.Fatalf("ID %q is not a token of at most 128 bytes from the line", r.ID)
+			}
+			dec := json.NewDecoder(bytes.NewReader(r.ID))
+			dec.UseNumber() // 1e400 is a valid id, beyond float64
+			var v any
+			if err := dec.Decode(&v); err != nil {
+				t.Fatalf("ID %q: %v", r.ID, err)
+			}
+			switch v.(type) {
+			case string, json.Number:
+			default:
+				t.Fatalf("ID %q is neither a string nor a number", r.ID)
+			}
+		}
+
+		if err != nil {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalid || !errors.Is(err, protocol.ErrInvalid) {
+				t.Fatalf("Decode(%q) = %#v, want an INVALID *protocol.Error", line, err)
+			}
+			return
+		}
+
+		if !json.Valid(line) {
+			t.Fatalf("Decode accepted %q, which encoding/json rejects", line)
+		}
+		switch r.Op {
+		case protocol.OpPing:
+		case protocol.OpTake, protocol.OpPeek:
+			checkAddressing(t, line, &r)
+		default:
+			t.Fatalf("Decode accepted %q with op %v", line, r.Op)
+		}
+		if !plainKeys(line) {
+			return
+		}
+		var std struct {
+			ID        json.RawMessage `json:"id"`
+			Op        string          `json:"op"`
+			Subject   string          `json:"subject"`
+			Policy    string          `json:"policy"`
+			RequestID string          `json:"request_id"`
+		}
+		if err := json.Unmarshal(line, &std); err != nil {
+			t.Fatalf("Decode accepted %q; encoding/json: %v", line, err)
+		}
+		if string(std.ID) == "null" {
+			std.ID = nil
+		}
+		if string(std.ID) != string(r.ID) || std.Op != r.Op.String() || std.Subject != r.Subject ||
+			std.Policy != r.Policy || std.RequestID != r.RequestID {
+			t.Fatalf("Decode(%q) = id %s op %q subject %q policy %q request_id %q\nencoding/json: id %s op %q subject %q policy %q request_id %q",
+				line, r.ID, r.Op, r.Subject, r.Policy, r.RequestID, std.ID, std.Op, std.Subject, std.Policy, std.RequestID)
+		}
+		if r.Op == protocol.OpPing {
+			return // numbers of a ping are not range-checked
+		}
+		var nums struct {
+			Limit     int64  `json:"limit"`
+			WindowMS  int64  `json:"window_ms"`
+			Cost      *int64 `json:"cost"`
+			TimeoutMS int64  `json:"timeout_ms"`
+		}
+		if err := json.Unmarshal(line, &nums); err != nil {
+			t.Fatalf("Decode accepted %q; encoding/json: %v", line, err)
+		}
+		cost := int64(1)
+		if nums.Cost != nil {
+			cost = *nums.Cost
+		}
+		if nums.Limit != r.Limit || nums.WindowMS != r.WindowMS || cost != r.Cost || nums.TimeoutMS != r.TimeoutMS {
+			t.Fatalf("Decode(%q) numbers %d %d %d %d, encoding/json %d %d %d %d", line,
+				r.Limit, r.WindowMS, r.Cost, r.TimeoutMS, nums.Limit, nums.WindowMS, cost, nums.TimeoutMS)
+		}
+	})
+}
+
+// checkAddressing asserts the field rules of an accepted take or peek.
+func checkAddressing(t *testing.T, line []byte, r *protocol.Request) {
+	t.Helper()
+	if r.Subject == "" || len(r.Subject) > protocol.MaxSubjectBytes || !utf8.ValidString(r.Subject) ||
+		strings.IndexFunc(r.Subject, unicode.IsControl) >= 0 {
+		t.Fatalf("Decode(%q) accepted subject %q", line, r.Subject)
+	}
+	if (r.Policy != "") == r.HasInline() {
+		t.Fatalf("Decode(%q) accepted policy %q with inline %v", line, r.Policy, r.HasInline())
+	}
+	if r.Policy != "" && !protocol.ValidPolicyName(r.Policy) {
+		t.Fatalf("Decode(%q) accepted policy %q", line, r.Policy)
+	}
+	if r.HasInline() && (r.Limit < 1 || r.Limit > protocol.MaxLimit || r.WindowMS < 1 || r.WindowMS > protocol.MaxWindowMS) {
+		t.Fatalf("Decode(%q) accepted limit %d window_ms %d", line, r.Limit, r.WindowMS)
+	}
+	if r.Cost < 1 || r.Cost > protocol.MaxLimit || r.TimeoutMS < 0 || r.TimeoutMS > protocol.MaxTimeoutMS {
+		t.Fatalf("Decode(%q) accepted cost %d timeout_ms %d", line, r.Cost, r.TimeoutMS)
+	}
+	for _, c := range []byte(r.RequestID) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			t.Fatalf("Decode(%q) accepted request_id %q", line, r.RequestID)
+		}
+	}
+	if len(r.RequestID) > protocol.MaxRequestIDBytes {
+		t.Fatalf("Decode(%q) accepted request_id %q", line, r.RequestID)
+	}
+}
+
+// expectLines is the model of LineReader: input split at '\n', one trailing
+// '\r' trimmed from each line, no line after a final '\n', and lines longer
+// than max replaced by ErrTooLarge.
+func expectLines(input []byte, max int) []string {
+	if len(input) == 0 {
+		return nil
+	}
+	pieces := bytes.Split(input, []byte("\n"))
+	if len(pieces[len(pieces)-1]) == 0 {
+		pieces = pieces[:len(pieces)-1]
+	}
+	want := make([]string, 0, len(pieces))
+	for _, p := range pieces {
+		p = bytes.TrimSuffix(p, []byte("\r"))
+		if len(p) > max {
+			want = append(want, tooLarge)
+		} else {
+			want = append(want, string(p))
+		}
+	}
+	return want
+}
+
+func FuzzLineReader(f *testing.F) {
+	f.Add([]byte("a\nb\r\n\n"), 16, 4, uint64(0))
+	f.Add([]byte("xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\nok\n"), 16, 20, uint64(1))
+	f.Add([]byte("xxxxxxxxxxxxxxxxxxxx\r\nxxxxxxxxxxxxxxxxxxxxx\r\n"), 16, 20, uint64(2))
+	f.Add([]byte("\r\r\n\r"), 1, 0, uint64(3))
+	f.Add([]byte("last line without newline"), 64, 100, uint64(4))
+	f.Add([]byte("oversized last line without newline"), 16, 8, uint64(5))
+	f.Fuzz(func(t *testing.T, input []byte, bufSize, max int, seed uint64) {
+		bufSize = 1 + int(uint(bufSize)%512)
+		max = int(uint(max) % 1024)
+		r := &chunkReader{data: bytes.Clone(input), rnd: rand.New(rand.NewPCG(seed, seed>>32)), max: 1 + int(seed%97)}
+		lr := protocol.NewLineReader(r, bufSize, max)
+		want := expectLines(input, max)
+		var got []string
+		for {
+			line, err := lr.ReadLine()
+			if err == io.EOF {
+				break
+			}
+			if errors.Is(err, protocol.ErrTooLarge) {
+				got = append(got, tooLarge)
+			} else if err != nil {
+				t.Fatalf("ReadLine: %v", err)
+			} else {
+				if len(line) > max {
+					t.Fatalf("ReadLine returned %d bytes, max %d", len(line), max)
+				}
+				got = append(got, string(line))
+			}
+			if len(got) > len(want) {
+				t.Fatalf("more lines than the input holds: got %q, want %q", got, want)
+			}
+		}
+		if !equalLines(got, want) {
+			t.Fatalf("input %q, bufSize %d, max %d:\n got %q\nwant %q", input, bufSize, max, got, want)
+		}
+	})
+}

@@ -33,6 +33,10 @@ __all__ = ["Client", "QuotadError"]
 # Replies are small; a longer line means something is badly wrong.
 MAX_REPLY_BYTES = 1 << 20
 
+# Requests written per send in pipeline(); small enough that a chunk and its
+# replies always fit in the socket buffers.
+PIPELINE_CHUNK = 256
+
 
 class QuotadError(Exception):
     """An error reply from the sidecar.
@@ -98,24 +102,25 @@ class Client:
         return reply
 
     def pipeline(self, reqs):
-        """Send all requests in one write, then read one reply per request.
+        """Send many requests without waiting for each reply.
 
         Returns the replies in request order. Error replies are returned
         as they are (check reply["ok"]) rather than raised, so one failing
         request does not hide the answers to the others.
 
-        All requests are written before any reply is read. Once the socket
-        buffers fill, the sidecar stops reading until its replies are read,
-        and this write stalls until the timeout (or for ever with
-        timeout=None). With default Linux buffers that happens somewhere
-        past 2000 requests, so keep a batch to about a thousand and split
-        bigger ones.
+        Requests go out in chunks of PIPELINE_CHUNK lines, each written in
+        one send and then read back. Writing a huge batch before reading
+        anything would deadlock: once the socket buffers fill, the sidecar
+        stops reading until its replies are read.
         """
         self._check_open()
-        data = b"".join(_encode(r) for r in reqs)
+        replies = []
         try:
-            self._sock.sendall(data)
-            return [self._read_reply() for _ in reqs]
+            for i in range(0, len(reqs), PIPELINE_CHUNK):
+                chunk = reqs[i:i + PIPELINE_CHUNK]
+                self._sock.sendall(b"".join(_encode(r) for r in chunk))
+                replies.extend(self._read_reply() for _ in chunk)
+            return replies
         except BaseException:
             self.close()
             raise

@@ -1,0 +1,396 @@
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+const (
+	// readyTimeout bounds how long a start or restart may take, including AOF
+	// loading; generous so a loaded CI machine does not flake.
+	readyTimeout = 10 * time.Second
+	// stopTimeout is how long a graceful stop may take before SIGKILL.
+	stopTimeout = 10 * time.Second
+	// startAttempts covers the race between releasing a probed free port and
+	// redis-server binding it.
+	startAttempts = 3
+)
+
+// Option changes how a Server is started.
+type Option func(*config)
+
+type config struct {
+	args []string
+}
+
+// WithArgs appends redis-server command-line arguments, for example
+// WithArgs("--appendonly", "yes"). They are kept across Restart.
+func WithArgs(args ...string) Option {
+	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// Server is a redis-server process owned by one test.
+type Server struct {
+	bin     string
+	dir     string
+	logPath string
+	extra   []string
+
+	mu     sync.Mutex
+	port   int
+	proc   *process
+	client rueidis.Client // lazily created for Do
+}
+
+// process is one run of redis-server; done is closed once it has exited.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // exit status, valid after done is closed
+}
+
+// Start runs redis-server on a free port and returns once it answers PING.
+// redis-server must be on PATH; a missing binary fails the test.
+// The server is stopped when the test ends.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found on PATH (%v); run `make test`, which installs it", err)
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &Server{
+		bin:     bin,
+		dir:     t.TempDir(),
+		logPath: filepath.Join(t.TempDir(), "redis.log"),
+		extra:   cfg.args,
+	}
+	t.Cleanup(func() {
+		s.closeShared()
+		if err := s.stop(); err != nil {
+			t.Errorf("stop redis-server: %v", err)
+		}
+	})
+
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("pick a free port: %v", err)
+		}
+		s.mu.Lock()
+		s.port = port
+		s.mu.Unlock()
+		err = s.start()
+		if err == nil {
+			return s
+		}
+		if attempt == startAttempts {
+			t.Fatalf("start redis-server: %v\n%s", err, s.log())
+		}
+	}
+}
+
+// Addr is "127.0.0.1:port".
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addrLocked()
+}
+
+func (s *Server) addrLocked() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// URL is "redis://127.0.0.1:port".
+func (s *Server) URL() string { return "redis://" + s.Addr() }
+
+// Client returns a new rueidis client connected to the server, closed when
+// the test ends. Across Restart it reconnects by itself, but a command in
+// flight or the first one after the restart may fail with a connection
+// error, as it would in production.
+func (s *Server) Client(t testing.TB) rueidis.Client {
+	t.Helper()
+	c, err := newClient(s.Addr())
+	if err != nil {
+		t.Fatalf("connect to redis-server at %s: %v", s.Addr(), err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// newClient connects to a standalone server. ForceSingleClient skips
+// rueidis's cluster probe: when the server is down, the failed probe leaves a
+// delayed refresh goroutine running that goleak reports.
+func newClient(addr string) (rueidis.Client, error) {
+	return rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:       []string{addr},
+		DisableCache:      true,
+		ForceSingleClient: true,
+	})
+}
+
+// Do runs one command on a client shared by Do calls; the result, including a
+// Redis error reply or a failure to connect, is the caller's to check. The
+// shared client is replaced across Restart and Stop, so Do never sees the
+// broken connection of the previous process.
+func (s *Server) Do(t testing.TB, args ...string) rueidis.RedisResult {
+	t.Helper()
+	s.mu.Lock()
+	if s.client == nil {
+		c, err := newClient(s.addrLocked())
+		if err != nil {
+			s.mu.Unlock()
+			return rueidis.NewErrorResult(fmt.Errorf("connect to redis-server: %w", err))
+		}
+		s.client = c
+	}
+	c := s.client
+	s.mu.Unlock()
+	// Not t.Context(): Do is also useful from Cleanup, where it is done.
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	return c.Do(ctx, c.B().Arbitrary(args...).Build())
+}
+
+// Restart shuts the server down with SHUTDOWN, so an append-only file is
+// flushed, and starts it again on the same port, directory and arguments.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.closeShared()
+	if err := s.shutdown(); err != nil {
+		t.Fatalf("shut down redis-server: %v\n%s", err, s.log())
+	}
+	if err := s.start(); err != nil {
+		t.Fatalf("restart redis-server: %v\n%s", err, s.log())
+	}
+}
+
+// Stop stops the server and leaves it stopped; data not persisted is lost.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	s.closeShared()
+	if err := s.stop(); err != nil {
+		t.Fatalf("stop redis-server: %v", err)
+	}
+}
+
+func (s *Server) closeShared() {
+	s.mu.Lock()
+	c := s.client
+	s.client = nil
+	s.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open log: %w", err)
+	}
+	// An *os.File as stdout lets the child write directly: no copying
+	// goroutine that could outlive the test.
+	defer logf.Close()
+	args := append([]string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--dir", s.dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--protected-mode", "no",
+	}, s.extra...)
+	cmd := exec.Command(s.bin, args...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("exec %s: %w", s.bin, err)
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	s.proc = p
+	if err := waitReady(s.addrLocked(), p); err != nil {
+		_ = p.kill()
+		s.proc = nil
+		return err
+	}
+	return nil
+}
+
+// waitReady polls with a growing backoff until the process answers, exits,
+// or readyTimeout passes.
+func waitReady(addr string, p *process) error {
+	deadline := time.Now().Add(readyTimeout)
+	backoff := 5 * time.Millisecond
+	var last error
+	for time.Now().Before(deadline) {
+		if last = probe(addr, p.cmd.Process.Pid); last == nil {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("redis-server exited before answering PING: %v", p.err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+	return fmt.Errorf("no PONG from %s within %v: %w", addr, readyTimeout, last)
+}
+
+// probe sends PING and INFO server. PING answers -LOADING until an
+// append-only file is replayed; INFO's process_id proves the answer comes
+// from our process and not from another server that won the race for the
+// port while ours failed to bind.
+func probe(addr string, pid int) error {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")); err != nil {
+		return err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("ping reply %q", strings.TrimSpace(line))
+	}
+	line, err = r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
+	if err != nil || !strings.HasPrefix(line, "$") {
+		return fmt.Errorf("info reply %q", strings.TrimSpace(line))
+	}
+	info := make([]byte, n)
+	if _, err := io.ReadFull(r, info); err != nil {
+		return err
+	}
+	if !strings.Contains(string(info), "\r\nprocess_id:"+strconv.Itoa(pid)+"\r\n") {
+		return fmt.Errorf("another process answers on %s", addr)
+	}
+	return nil
+}
+
+// shutdown sends SHUTDOWN and waits for the process to exit. The connection
+// closing without a reply is the success case.
+func (s *Server) shutdown() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.proc
+	if p == nil {
+		return errors.New("not running")
+	}
+	conn, err := net.DialTimeout("tcp", s.addrLocked(), time.Second)
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(stopTimeout))
+	_, err = conn.Write([]byte("*1\r\n$8\r\nSHUTDOWN\r\n"))
+	if err == nil {
+		// A reply means SHUTDOWN was refused (e.g. the AOF could not be
+		// written); EOF means the server went away as asked.
+		line, rerr := bufio.NewReader(conn).ReadString('\n')
+		if rerr == nil {
+			err = fmt.Errorf("shutdown reply %q", strings.TrimSpace(line))
+		}
+	}
+	conn.Close()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+		s.proc = nil
+		return nil
+	case <-time.After(stopTimeout):
+		_ = p.kill()
+		s.proc = nil
+		return fmt.Errorf("still running %v after SHUTDOWN; killed", stopTimeout)
+	}
+}
+
+// stop sends SIGTERM (which redis-server handles like SHUTDOWN), waits, and
+// falls back to SIGKILL. Stopping a stopped server is a no-op.
+func (s *Server) stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.proc
+	if p == nil {
+		return nil
+	}
+	s.proc = nil
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		select {
+		case <-p.done: // already exited
+			return nil
+		default:
+			return fmt.Errorf("sigterm: %w", err)
+		}
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(stopTimeout):
+		if err := p.kill(); err != nil {
+			return fmt.Errorf("still running %v after SIGTERM; kill: %w", stopTimeout, err)
+		}
+		return fmt.Errorf("still running %v after SIGTERM; killed", stopTimeout)
+	}
+}
+
+func (p *process) kill() error {
+	err := p.cmd.Process.Kill()
+	<-p.done
+	if errors.Is(err, os.ErrProcessDone) {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) log() string {
+	b, err := os.ReadFile(s.logPath)
+	if err != nil {
+		return fmt.Sprintf("(no redis-server log: %v)", err)
+	}
+	return "redis-server log:\n" + string(b)
+}
+
+// freePort asks the kernel for an unused port on 127.0.0.1. The port is free
+// when returned, not reserved; Start retries if redis-server loses the race.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,81 @@
+package luascript
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// Codes carried by Error. All but CodeMalformedReply are the first word of an
+// error reply from the scripts.
+const (
+	CodeInvalid        = "INVALID"
+	CodeConflict       = "CONFLICT"
+	CodePolicy         = "POLICY"
+	CodeWrongType      = "WRONGTYPE"
+	CodeRequestIDsFull = "REQUEST_IDS_FULL"
+	CodeMalformedReply = "MALFORMED_REPLY"
+)
+
+// Sentinels for errors.Is; they match any *Error with the same Code.
+var (
+	ErrInvalid        = &Error{Code: CodeInvalid}
+	ErrConflict       = &Error{Code: CodeConflict}
+	ErrPolicy         = &Error{Code: CodePolicy}
+	ErrWrongType      = &Error{Code: CodeWrongType}
+	ErrRequestIDsFull = &Error{Code: CodeRequestIDsFull}
+	ErrMalformedReply = &Error{Code: CodeMalformedReply}
+)
+
+// Error is a decision a script refused to make, or a reply no script of
+// this package sends (CodeMalformedReply). A refusal means the decision was
+// not applied: nothing was written except, possibly, a missing TTL. After a
+// malformed reply the outcome is unknown.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return e.Code
+	}
+	return e.Code + " " + e.Message
+}
+
+// Is makes errors.Is(err, ErrConflict) true for every CONFLICT error.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// notWindow starts the message of the scripts' own WRONGTYPE replies, telling
+// them apart from a WRONGTYPE raised by Redis itself.
+const notWindow = "key is not a quotad window"
+
+// replyError turns an error reply from one of the scripts into an *Error.
+// Anything else (network, context, NOSCRIPT, OOM, Redis's own WRONGTYPE) is
+// wrapped with op: whether the script ran is then unknown to the caller.
+func replyError(op string, err error) error {
+	if rueidis.IsRedisNil(err) {
+		return &Error{Code: CodeMalformedReply, Message: op + ": nil reply"}
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		// Clone: the message may alias the reply's buffer.
+		code, msg, _ := strings.Cut(strings.Clone(re.Error()), " ")
+		switch code {
+		case CodeInvalid, CodeConflict, CodePolicy, CodeRequestIDsFull:
+			return &Error{Code: code, Message: msg}
+		case CodeWrongType:
+			if strings.HasPrefix(msg, notWindow) {
+				return &Error{Code: code, Message: msg}
+			}
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func malformed(op, format string, args ...any) error {
+	return &Error{Code: CodeMalformedReply, Message: op + ": " + fmt.Sprintf(format, args...)}
+}

@@ -1,10 +1,13 @@
 package protocol
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -39,10 +42,17 @@ func (r *Reply) Err() error {
 // Client is a connection to a quotad socket that sends one request at a time.
 // It is safe for concurrent use; calls are serialised. Pipelining clients
 // write many lines before reading (see PROTOCOL.md); this one does not need to.
+//
+// Replies are matched to requests by order alone, so once a call fails after
+// it may have sent something (a timeout, a cancellation, an I/O error, a
+// reply too long to read), the reply it did not read could be handed to the
+// next call. The client closes its connection then, and every later call
+// fails with an error matching net.ErrClosed: dial again to carry on.
 type Client struct {
-	mu   sync.Mutex
-	conn net.Conn
-	lr   *LineReader
+	mu     sync.Mutex
+	conn   net.Conn
+	lr     *LineReader
+	broken bool // a call failed mid-exchange; the connection is closed
 }
 
 // Dial connects to the sidecar's Unix socket at path.
@@ -55,28 +65,70 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 	return &Client{conn: conn, lr: NewLineReader(conn, 4096, 1<<20)}, nil
 }
 
+// errNewline refuses a line that the sidecar would read as two requests,
+// answering both and shifting every later reply onto the wrong call.
+var errNewline = errors.New("send request: line contains a newline")
+
 // Do sends one request line (without its newline) and returns the reply line
-// (without its newline). The slice is the caller's.
+// (without its newline). The slice is the caller's. The context's deadline
+// and cancellation bound the whole exchange; an error caused by them matches
+// ctx.Err().
 func (c *Client) Do(ctx context.Context, line []byte) ([]byte, error) {
+	if bytes.IndexByte(line, '\n') >= 0 {
+		return nil, errNewline
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Time{}
+	if c.broken {
+		return nil, fmt.Errorf("send request: %w: an earlier call failed, so replies can no longer be matched", net.ErrClosed)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("send request: %w", err) // nothing sent; the client stays usable
+	}
+	deadline, _ := ctx.Deadline() // zero, and so no deadline, when ctx has none
 	if err := c.conn.SetDeadline(deadline); err != nil {
-		return nil, fmt.Errorf("set deadline: %w", err)
+		return nil, c.fail(ctx, "set deadline", err)
 	}
+	// A deadline in the past wakes a blocked read or write on cancellation.
+	// stop waits for a cancellation already under way, so that it cannot
+	// reach into the next call.
+	woken := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		c.conn.SetDeadline(time.Unix(1, 0))
+		close(woken)
+	})
+	defer func() {
+		if !stop() {
+			<-woken
+		}
+	}()
 	msg := make([]byte, 0, len(line)+1)
 	msg = append(append(msg, line...), '\n')
 	if _, err := c.conn.Write(msg); err != nil {
-		return nil, fmt.Errorf("write request: %w", err)
+		return nil, c.fail(ctx, "write request", err)
 	}
 	reply, err := c.lr.ReadLine()
 	if err != nil {
-		return nil, fmt.Errorf("read reply: %w", err)
+		return nil, c.fail(ctx, "read reply", err)
 	}
 	return append([]byte(nil), reply...), nil
+}
+
+// fail closes the connection after a failed exchange and returns err
+// wrapped with op, and with ctx's error when ctx ended the exchange.
+func (c *Client) fail(ctx context.Context, op string, err error) error {
+	c.broken = true
+	c.conn.Close()
+	cerr := ctx.Err()
+	if cerr == nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		// The connection's only deadline is ctx's, and the poller can see
+		// it pass before ctx's own timer fires.
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil {
+		return fmt.Errorf("%s: %w: %w", op, cerr, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }
 
 // Call marshals req (any JSON-encodable value, such as a map) and returns the

@@ -249,8 +249,7 @@ func (d *decoder) key() ([]byte, error) {
 	if !escaped {
 		return raw, nil
 	}
-	s, err := unescape(raw)
-	return []byte(s), err
+	return unescape(raw), nil
 }
 
 func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
@@ -315,11 +314,11 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		}
 		return nil
 	case fieldOp:
-		s, ok, err := d.stringValue("op")
+		s, ok, err := d.bytesValue("op")
 		if err != nil || !ok {
 			return err
 		}
-		switch s {
+		switch string(s) { // compared in place, not converted
 		case "take":
 			r.Op = OpTake
 		case "peek":
@@ -327,7 +326,7 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		case "ping":
 			r.Op = OpPing
 		default:
-			d.fail(invalid("unknown op " + strconv.Quote(s) + ": one of take, peek, ping"))
+			d.fail(invalid("unknown op " + strconv.Quote(string(s)) + ": one of take, peek, ping"))
 		}
 		return nil
 	case fieldSubject:
@@ -380,22 +379,28 @@ func (d *decoder) atMemberEnd() bool {
 // stringValue decodes a JSON string; ok is false (and a semantic error kept)
 // when the value is of another type. err is a syntax error.
 func (d *decoder) stringValue(name string) (s string, ok bool, err error) {
+	b, ok, err := d.bytesValue(name)
+	return string(b), ok, err
+}
+
+// bytesValue is stringValue without the copy into a string: without escapes
+// it aliases the line.
+func (d *decoder) bytesValue(name string) (b []byte, ok bool, err error) {
 	if d.peek() != '"' {
 		if err := d.skip(0); err != nil {
-			return "", false, err
+			return nil, false, err
 		}
 		d.fail(invalid(name + " must be a string"))
-		return "", false, nil
+		return nil, false, nil
 	}
 	raw, escaped, err := d.scanString()
 	if err != nil {
-		return "", false, err
+		return nil, false, err
 	}
 	if !escaped {
-		return string(raw), true, nil
+		return raw, true, nil
 	}
-	s, err = unescape(raw)
-	return s, err == nil, err
+	return unescape(raw), true, nil
 }
 
 // intValue accepts a JSON integer only: no fraction, no exponent, no string.
@@ -511,7 +516,6 @@ func (d *decoder) scanString() (raw []byte, escaped bool, err error) {
 // (no fraction, no exponent).
 func (d *decoder) scanNumber() (raw []byte, integer bool, err error) {
 	start := d.pos
-	bad := invalid("invalid JSON: malformed number")
 	d.eat('-')
 	switch c := d.peek(); {
 	case c == '0':
@@ -519,13 +523,13 @@ func (d *decoder) scanNumber() (raw []byte, integer bool, err error) {
 	case c >= '1' && c <= '9':
 		d.digits()
 	default:
-		return nil, false, bad
+		return nil, false, errBadNumber()
 	}
 	integer = true
 	if d.eat('.') {
 		integer = false
 		if d.digits() == 0 {
-			return nil, false, bad
+			return nil, false, errBadNumber()
 		}
 	}
 	if c := d.peek(); c == 'e' || c == 'E' {
@@ -535,11 +539,15 @@ func (d *decoder) scanNumber() (raw []byte, integer bool, err error) {
 			d.pos++
 		}
 		if d.digits() == 0 {
-			return nil, false, bad
+			return nil, false, errBadNumber()
 		}
 	}
 	return d.data[start:d.pos], integer, nil
 }
+
+// errBadNumber builds the error only on failure: scanNumber runs for every
+// number of every request.
+func errBadNumber() error { return invalid("invalid JSON: malformed number") }
 
 func (d *decoder) digits() int {
 	n := 0
@@ -625,7 +633,7 @@ func isHex4(b []byte) bool {
 
 // unescape decodes the contents of a JSON string already checked by
 // scanString. Lone surrogates become U+FFFD, as in encoding/json.
-func unescape(raw []byte) (string, error) {
+func unescape(raw []byte) []byte {
 	out := make([]byte, 0, len(raw))
 	for i := 0; i < len(raw); {
 		c := raw[i]
@@ -667,7 +675,7 @@ func unescape(raw []byte) (string, error) {
 		}
 		i++
 	}
-	return string(out), nil
+	return out
 }
 
 func hexVal(b []byte) int {

@@ -82,6 +82,16 @@ func TestDecodeValid(t *testing.T) {
 			want: want{ID: `-1.50e+3`, Op: protocol.OpPing, Cost: 1},
 		},
 		{
+			name: "id followed by whitespace",
+			line: "{\"id\" : 12 \t, \"op\":\"ping\",\"id2\":\"x\"}",
+			want: want{ID: `12`, Op: protocol.OpPing, Cost: 1},
+		},
+		{
+			name: "id last",
+			line: `{"op":"ping","id":"x"   }`,
+			want: want{ID: `"x"`, Op: protocol.OpPing, Cost: 1},
+		},
+		{
 			name: "upper bounds",
 			line: `{"op":"take","subject":"` + long("s", 256) + `","limit":1000000000,"window_ms":2678400000,"cost":1000000000,"request_id":"` + long("r", 64) + `","timeout_ms":3600000}`,
 			want: want{Op: protocol.OpTake, Subject: long("s", 256), Limit: 1e9, WindowMS: 2678400000,

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"quotad/protocol"
@@ -37,6 +38,11 @@ type conn struct {
 	s     *Server
 	nc    net.Conn
 	queue chan *slot
+	// running counts requests started on their own goroutine whose reply is
+	// not computed yet. While a drain waits for them, the reader goes on
+	// reading, so that lines the client sends meanwhile are answered
+	// SHUTTING_DOWN instead of being cut off when the connection closes.
+	running atomic.Int64
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -51,6 +57,16 @@ func (c *conn) serve() {
 // stopReading makes the blocked read return, so the reader answers the lines
 // it already buffered and then closes the queue.
 func (c *conn) stopReading() { _ = c.nc.SetReadDeadline(time.Now()) }
+
+// drain is Shutdown's first step for one connection: an idle one stops
+// reading at once; one with requests running stops when the last of them is
+// answered (see start). shutting must already be set, so that either this
+// call or the last request to finish sees the other's write.
+func (c *conn) drain() {
+	if c.running.Load() == 0 {
+		c.stopReading()
+	}
+}
 
 func (c *conn) readLoop() {
 	defer close(c.queue)
@@ -90,9 +106,13 @@ func (c *conn) start(line []byte) *slot {
 		return sl
 	}
 	sl.done = make(chan struct{})
+	c.running.Add(1)
 	go func() {
 		sl.out = c.s.handle(c.s.reqCtx, &sl.req, nil)
 		close(sl.done)
+		if c.running.Add(-1) == 0 && c.s.shutting.Load() {
+			c.stopReading()
+		}
 	}()
 	return sl
 }
@@ -103,7 +123,17 @@ func (c *conn) writeLoop() {
 	bw := bufio.NewWriterSize(c.nc, writeBufSize)
 	broken := false
 	for sl := range c.queue {
-		<-sl.done
+		select {
+		case <-sl.done:
+		default:
+			// Send the replies already written before waiting on one that is
+			// not: they must not wait for a later request's Redis call.
+			if !broken && bw.Buffered() > 0 && bw.Flush() != nil {
+				broken = true
+				c.nc.Close()
+			}
+			<-sl.done
+		}
 		if broken {
 			continue // keep draining so the reader is never blocked on the queue
 		}

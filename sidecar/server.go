@@ -198,9 +198,12 @@ func (s *Server) untrack(c *conn) {
 }
 
 // Shutdown stops accepting, answers lines read from now on with
-// SHUTTING_DOWN, and waits for in-flight requests to be answered. When ctx
-// ends first, in-flight Redis calls are cancelled (their callers get
-// SHUTTING_DOWN: the outcome is unknown), replies get a moment to be written,
+// SHUTTING_DOWN, and waits for in-flight requests to be answered. Idle
+// connections stop reading at once; a connection with requests in flight
+// reads on until they are answered, so lines its client sends meanwhile get
+// SHUTTING_DOWN rather than a closed connection. When ctx ends first,
+// in-flight Redis calls are cancelled (their callers get SHUTTING_DOWN: the
+// outcome is unknown), reading stops, replies get a moment to be written,
 // and the remaining connections are closed; ctx's error is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
@@ -210,7 +213,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	clear(s.listeners)
 	for c := range s.conns {
-		c.stopReading()
+		c.drain()
 	}
 	if len(s.conns) == 0 {
 		s.idleOnce.Do(func() { close(s.idle) })
@@ -227,6 +230,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	grace := time.Now().Add(500 * time.Millisecond)
 	s.mu.Lock()
 	for c := range s.conns {
+		c.stopReading()
 		_ = c.nc.SetWriteDeadline(grace)
 	}
 	s.mu.Unlock()

@@ -47,11 +47,14 @@ type StoreOptions struct {
 	// RedisURL in rueidis syntax (redis://, rediss://, unix://, addr=,
 	// master_set=). Empty means the embedded store.
 	RedisURL string
-	// Timeout bounds every probe; calls get their own deadlines.
+	// Timeout bounds every probe; calls get their own deadlines. Zero means
+	// DefaultRedisTimeout.
 	Timeout time.Duration
-	// ProbeInterval is how often Redis is pinged to report health.
+	// ProbeInterval is how often Redis is pinged to report health. Zero means
+	// once a second.
 	ProbeInterval time.Duration
-	Logger        *zap.Logger
+	// Logger may be nil for no logs.
+	Logger *zap.Logger
 }
 
 // OpenStore parses the URL and starts connecting. A malformed URL is an
@@ -60,6 +63,13 @@ type StoreOptions struct {
 func OpenStore(opts StoreOptions) (*Store, error) {
 	if opts.ProbeInterval <= 0 {
 		opts.ProbeInterval = time.Second
+	}
+	if opts.Timeout <= 0 {
+		// A zero probe deadline would expire at once and report Redis down.
+		opts.Timeout = DefaultRedisTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{log: opts.Logger.Named("store"), timeout: opts.Timeout, stop: cancel}
@@ -80,11 +90,21 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 		copt, err = rueidis.ParseURL(opts.RedisURL)
 		if err != nil {
 			cancel()
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				// A *url.Error quotes the whole URL, password included.
+				return nil, fmt.Errorf("parse --redis-url %s: not a valid URL (percent-encode special characters in the password)", RedactURL(opts.RedisURL))
+			}
 			return nil, fmt.Errorf("parse --redis-url %s: %w", RedactURL(opts.RedisURL), err)
 		}
 		// Decisions are scripts, never cached reads.
 		copt.DisableCache = true
 	}
+	// Queue every command, even on an idle connection. Otherwise rueidis
+	// runs a lone call with a deadline synchronously, where only the
+	// deadline ends it: Shutdown's cancellation would not reach it, and a
+	// timed-out call would close the connection.
+	copt.AlwaysPipelining = true
 	s.wg.Add(1)
 	go s.run(ctx, copt, opts.ProbeInterval)
 	return s, nil
@@ -202,6 +222,11 @@ func RedactURL(raw string) string {
 			return raw[:i] + "://(unparseable)"
 		}
 		return "(unparseable)"
+	}
+	if u.Opaque != "" {
+		// "redis:user:secret@host" or "user:secret@host:6379" (no "//"):
+		// whatever follows the first colon may hold the password.
+		return u.Scheme + ":(opaque)"
 	}
 	if _, has := u.User.Password(); has {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")

@@ -71,6 +71,8 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < timeout {
 		timeout = t
 	}
+	// A caller's own short deadline says nothing about Redis's health.
+	shortened := timeout < s.opts.RedisTimeout
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	key := luascript.FixedWindowKey(s.opts.KeyPrefix, l.policy, req.Subject)
@@ -78,7 +80,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 
 	if req.Op == protocol.OpPeek {
 		res, err := luascript.FixedWindowPeek(ctx, client, luascript.PeekArgs{Key: key, Limit: l.limit, WindowMS: l.windowMS, Strict: strict})
-		s.observe(err)
+		s.observe(err, shortened)
 		if err != nil {
 			return s.appendFailure(dst, req, err)
 		}
@@ -91,7 +93,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 		Key: key, Limit: l.limit, WindowMS: l.windowMS, Cost: req.Cost,
 		RequestID: req.RequestID, Strict: strict, MaxRequestIDs: l.maxIDs,
 	})
-	s.observe(err)
+	s.observe(err, shortened)
 	if err != nil {
 		return s.appendFailure(dst, req, err)
 	}
@@ -111,11 +113,15 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 }
 
 // observe feeds a call's outcome to the store's health: a typed script
-// error is an answer from Redis.
-func (s *Server) observe(err error) {
+// error is an answer from Redis, and a deadline the caller shortened with
+// timeout_ms is not evidence that Redis is down.
+func (s *Server) observe(err error, shortened bool) {
 	var le *luascript.Error
-	if errors.As(err, &le) {
+	switch {
+	case errors.As(err, &le):
 		err = nil
+	case shortened && errors.Is(err, context.DeadlineExceeded):
+		return
 	}
 	s.store.Observe(err)
 }

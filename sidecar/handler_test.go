@@ -252,6 +252,11 @@ func TestTimeoutMSShortensTheDeadlineAndARetryConsumesOnce(t *testing.T) {
 	if !strings.Contains(got.Message, "outcome is unknown") {
 		t.Fatalf("timed-out take: message %q does not say the outcome is unknown", got.Message)
 	}
+	// The caller chose a deadline shorter than --redis-timeout: that is not
+	// evidence of an outage, so everyone else's ping still says Redis is ok.
+	if !st.Up() {
+		t.Fatal("a take that ran out of its own timeout_ms marked Redis as down")
+	}
 	unpause(t, r)
 
 	retry := inlineTake("2", "slow", 5, `,"cost":2,"request_id":"slow-1"`)

@@ -280,9 +280,15 @@ func Listen(path string, mode os.FileMode) (net.Listener, error) {
 		if st.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("--socket %q: path exists and is not a socket", path)
 		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		// Only a refused connection proves nobody listens; a full backlog
+		// or a permission error may hide a live sidecar.
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
 			c.Close()
 			return nil, fmt.Errorf("--socket %q: another process is serving on it", path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("--socket %q: cannot tell whether the existing socket is in use: %w", path, err)
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("remove stale socket: %w", err)

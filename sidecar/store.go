@@ -105,6 +105,9 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	// deadline ends it: Shutdown's cancellation would not reach it, and a
 	// timed-out call would close the connection.
 	copt.AlwaysPipelining = true
+	// rueidis closes a connection whose replies are this late; keep that
+	// above the call deadline so --redis-timeout decides, not rueidis.
+	copt.ConnWriteTimeout = max(10*time.Second, 2*opts.Timeout)
 	s.wg.Add(1)
 	go s.run(ctx, copt, opts.ProbeInterval)
 	return s, nil

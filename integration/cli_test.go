@@ -1,0 +1,102 @@
+package integration_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"quotad/integration/redistest"
+)
+
+// TestCLIDesignScenario walks the design scenario of PROTOCOL.md through the
+// CLI, as an operator would from a shell: take, replay, fill, deny, a
+// conflicting retry and a bad cost, with the exit codes scripts rely on.
+func TestCLIDesignScenario(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	sc := startSidecar(t, r.URL())
+
+	take := func(cost int, requestID string, extra ...string) (reply, string, int) {
+		t.Helper()
+		args := []string{"--limit", "5", "--window-ms", "60000", "--cost", strconv.Itoa(cost)}
+		if requestID != "" {
+			args = append(args, "-r", requestID)
+		}
+		args = append(append(args, extra...), "alice")
+		stdout, stderr, code := sc.cli(t, "take", args...)
+		return mustParse(t, stdout), stderr, code
+	}
+
+	rep, stderr, code := take(2, "order-1")
+	if code != 0 || stderr != "" {
+		t.Fatalf("order-1: exit %d, stderr %q; want 0 and nothing", code, stderr)
+	}
+	wantTake(t, rep, true, false, 5, 2)
+	wantResetWithin(t, rep, 60000)
+
+	rep, _, code = take(2, "order-1")
+	if code != 0 {
+		t.Fatalf("order-1 again: exit %d, want 0", code)
+	}
+	wantTake(t, rep, true, true, 5, 2)
+
+	rep, _, code = take(3, "order-2")
+	if code != 0 {
+		t.Fatalf("order-2: exit %d, want 0", code)
+	}
+	wantTake(t, rep, true, false, 5, 5)
+
+	// A denial is an answer: exit 0 unless the caller asks for exit 2.
+	rep, stderr, code = take(1, "order-3")
+	if code != 0 || stderr != "" {
+		t.Fatalf("order-3: exit %d, stderr %q; want 0 and nothing", code, stderr)
+	}
+	wantTake(t, rep, false, false, 5, 5)
+	rep, _, code = take(1, "order-3", "--exit-code")
+	if code != 2 {
+		t.Fatalf("order-3 with --exit-code: exit %d, want 2", code)
+	}
+	wantTake(t, rep, false, false, 5, 5)
+
+	rep, stderr, code = take(1, "order-1")
+	if code == 0 || !strings.Contains(stderr, "CONFLICT") {
+		t.Fatalf("order-1 with cost 1: exit %d, stderr %q; want non-zero and CONFLICT", code, stderr)
+	}
+	wantError(t, rep, "CONFLICT")
+
+	rep, stderr, code = take(-1, "")
+	if code == 0 || !strings.Contains(stderr, "INVALID") {
+		t.Fatalf("cost -1: exit %d, stderr %q; want non-zero and INVALID", code, stderr)
+	}
+	wantError(t, rep, "INVALID")
+
+	stdout, _, code := sc.cli(t, "peek", "--limit", "5", "--window-ms", "60000", "alice")
+	if code != 0 {
+		t.Fatalf("peek: exit %d, want 0", code)
+	}
+	rep = mustParse(t, stdout)
+	wantPeek(t, rep, 5, 5)
+	wantResetWithin(t, rep, 60000)
+
+	stdout, _, code = sc.cli(t, "ping")
+	if code != 0 {
+		t.Fatalf("ping: exit %d, want 0", code)
+	}
+	rep = mustParse(t, stdout)
+	if !rep.ok() || rep.str(t, "store") != "redis" || !rep.flag(t, "redis_ok") {
+		t.Fatalf("ping: got %s, want store redis and redis_ok", rep)
+	}
+
+	// QUOTAD_SOCKET stands in for --socket.
+	stdout, _, code = cliEnv(t, []string{"QUOTAD_SOCKET=" + sc.socket}, "ping")
+	if code != 0 || !mustParse(t, stdout).ok() {
+		t.Fatalf("ping with QUOTAD_SOCKET: exit %d, stdout %q", code, stdout)
+	}
+
+	stdout, _, code = cli(t, "version")
+	if code != 0 || strings.TrimSpace(stdout) == "" {
+		t.Fatalf("version: exit %d, stdout %q; want 0 and a version", code, stdout)
+	}
+
+	assertKeysHaveTTL(t, r, sc.prefix)
+}

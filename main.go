@@ -124,6 +124,11 @@ func serveCommand() *cli.Command {
 }
 
 func serve(c *cli.Context) error {
+	// Signals are taken first and released last, so that a second signal
+	// during the final clean-up still means "exit now", not a kill.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	log, err := sidecar.NewLogger(c.String("log-level"), c.String("log-format"))
 	if err != nil {
 		return err
@@ -168,10 +173,6 @@ func serve(c *cli.Context) error {
 		Logger:             log,
 	})
 	srv.LogStart(sidecar.StartInfo{Socket: c.String("socket"), RedisURL: c.String("redis-url"), ConfigPath: cfgPath})
-
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
@@ -257,7 +258,10 @@ func requestCommand(op, usage string) *cli.Command {
 		Name:      op,
 		Usage:     usage,
 		ArgsUsage: "[subject]",
-		Flags:     requestFlags(op),
+		// Otherwise a subject named "help" or "h" would print help and
+		// exit 0, which a script reads as "allowed".
+		HideHelpCommand: true,
+		Flags:           requestFlags(op),
 		Action: func(c *cli.Context) error {
 			req := map[string]any{"op": op}
 			subject := c.String("subject")

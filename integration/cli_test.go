@@ -100,3 +100,29 @@ func TestCLIDesignScenario(t *testing.T) {
 
 	assertKeysHaveTTL(t, r, sc.prefix)
 }
+
+// TestCLISubjectsThatLookLikeCommands: a subject is data, even when it is
+// spelled like a subcommand; "help" must not print help and exit 0, which a
+// script would read as "allowed".
+func TestCLISubjectsThatLookLikeCommands(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	sc := startSidecar(t, r.URL())
+	for _, subject := range []string{"help", "h"} {
+		for _, op := range []string{"take", "peek"} {
+			stdout, stderr, code := sc.cli(t, op, "--limit", "1", "--window-ms", "60000", subject)
+			if code != 0 {
+				t.Fatalf("%s %s: exit %d, stderr %q", op, subject, code, stderr)
+			}
+			rep := mustParse(t, stdout)
+			if rep.code() != "" || rep.num(t, "limit") != 1 {
+				t.Fatalf("%s %s printed %q, want a reply for that subject", op, subject, stdout)
+			}
+		}
+		stdout, _, code := sc.cli(t, "take", "--limit", "1", "--window-ms", "60000", "--exit-code", subject)
+		if code != 2 {
+			t.Fatalf("second take of %q with --exit-code: exit %d (%s), want 2: denied", subject, code, stdout)
+		}
+	}
+	assertKeysHaveTTL(t, r, sc.prefix)
+}

@@ -248,6 +248,26 @@ func TestKeyWithoutTTLIsHealed(t *testing.T) {
 	if line.str("key") != key {
 		t.Fatalf("heal log line names key %q, want %q: %v", line.str("key"), key, line)
 	}
+
+	// A take that is refused still repairs the window, and the repair is
+	// still logged: here inline limits that disagree with the window.
+	key2 := luascript.FixedWindowKey(sc.prefix, "", "immortal-2")
+	wantTake(t, c.call(takeReq("immortal-2", 5, 60000)), true, false, 5, 1)
+	redisInt(t, r, "PERSIST", key2)
+	if rep := c.call(takeReq("immortal-2", 6, 60000)); rep.code() != "POLICY" {
+		t.Fatalf("take with other limits = %v, want POLICY", rep)
+	}
+	if pttl := redisInt(t, r, "PTTL", key2); pttl < 1 || pttl > 60000 {
+		t.Fatalf("PTTL after the refused take = %d, want 1..60000", pttl)
+	}
+	eventually(t, "a heal log line for "+key2, func() bool {
+		for _, l := range sc.logLines() {
+			if l.str("msg") == "restored the TTL of a quota key that had none" && l.str("key") == key2 {
+				return true
+			}
+		}
+		return false
+	})
 	assertKeysHaveTTL(t, r, sc.prefix)
 }
 

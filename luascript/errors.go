@@ -35,6 +35,9 @@ var (
 type Error struct {
 	Code    string
 	Message string
+	// Healed: before refusing, the script gave the window back the TTL it
+	// had lost.
+	Healed bool
 }
 
 func (e *Error) Error() string {
@@ -50,6 +53,9 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Code == e.Code
 }
 
+// healedMark ends the message of a refusal that restored a missing TTL.
+const healedMark = " TTL_RESTORED"
+
 // notWindow starts the message of the scripts' own WRONGTYPE replies, telling
 // them apart from a WRONGTYPE raised by Redis itself.
 const notWindow = "key is not a quotad window"
@@ -64,12 +70,13 @@ func replyError(op string, err error) error {
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		// Clone: the message may alias the reply's buffer.
 		code, msg, _ := strings.Cut(strings.Clone(re.Error()), " ")
+		msg, healed := strings.CutSuffix(msg, healedMark)
 		switch code {
 		case CodeInvalid, CodeConflict, CodePolicy, CodeRequestIDsFull:
-			return &Error{Code: code, Message: msg}
+			return &Error{Code: code, Message: msg, Healed: healed}
 		case CodeWrongType:
 			if strings.HasPrefix(msg, notWindow) {
-				return &Error{Code: code, Message: msg}
+				return &Error{Code: code, Message: msg, Healed: healed}
 			}
 		}
 	}

@@ -101,18 +101,27 @@ if pttl == -1 then
   pttl, healed = window, 1
 end
 
+-- An error reply after healing says so, so that the caller can log and
+-- count the repair whatever the answer.
+local function refuse(msg)
+  if healed == 1 then
+    msg = msg .. ' ' .. 'TTL_RESTORED'
+  end
+  return redis.error_reply(msg)
+end
+
 if strict == '1' and f[2] ~= policy then
-  return redis.error_reply('POLICY live window has limit:window_ms ' .. f[2])
+  return refuse('POLICY live window has limit:window_ms ' .. f[2])
 end
 
 if id ~= '' and f[4] then
   local rc, ru = string.match(f[4], '^([0-9]+):([0-9]+)$')
   ru = dec(ru, 1, 1000000000)
   if not ru then
-    return redis.error_reply('WRONGTYPE key is not a quotad window: malformed request id record')
+    return refuse('WRONGTYPE key is not a quotad window: malformed request id record')
   end
   if rc ~= cost_s then
-    return redis.error_reply('CONFLICT request id was accepted with cost ' .. rc)
+    return refuse('CONFLICT request id was accepted with cost ' .. rc)
   end
   return {1, ru, 1, pttl, healed}
 end
@@ -128,7 +137,7 @@ if id == '' then
   redis.call('HSET', key, 'used', used, 'policy', policy)
 else
   if ids >= maxids then
-    return redis.error_reply('REQUEST_IDS_FULL window holds ' .. ids .. ' request ids')
+    return refuse('REQUEST_IDS_FULL window holds ' .. ids .. ' request ids')
   end
   redis.call('HSET', key, 'used', used, 'policy', policy, 'ids', ids + 1, 'r:' .. id, cost_s .. ':' .. used)
 end

@@ -285,6 +285,23 @@ func TestTakeHealsWindowWithoutTTL(t *testing.T) {
 	if p := e.pttl(k); p <= 0 {
 		t.Fatalf("PTTL after a healing denial = %d", p)
 	}
+
+	// A refusal heals too, and says so, so the caller can log the repair.
+	e.mustDo("PERSIST", k)
+	strict := args(k, 3, 1, "")
+	strict.Strict = true
+	err := e.takeErr(strict, luascript.ErrPolicy)
+	var le *luascript.Error
+	if !errors.As(err, &le) || !le.Healed || strings.Contains(le.Message, "TTL_RESTORED") {
+		t.Fatalf("POLICY refusal on a window without TTL = %#v, want Healed with a clean message", err)
+	}
+	if p := e.pttl(k); p <= 0 {
+		t.Fatalf("PTTL after a healing refusal = %d", p)
+	}
+	err = e.takeErr(strict, luascript.ErrPolicy)
+	if errors.As(err, &le) && le.Healed {
+		t.Fatalf("second refusal = %#v, healed a window that had a TTL", err)
+	}
 }
 
 func TestTakeOnForeignKeyIsWrongType(t *testing.T) {

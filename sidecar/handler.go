@@ -94,12 +94,13 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 		RequestID: req.RequestID, Strict: strict, MaxRequestIDs: l.maxIDs,
 	})
 	s.observe(err, shortened)
-	if err != nil {
-		return s.appendFailure(dst, req, err)
-	}
-	if res.Healed {
+	var le *luascript.Error
+	if res.Healed || errors.As(err, &le) && le.Healed {
 		s.healed.Add(1)
 		s.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, l.policy), zap.String(keyKey, key))
+	}
+	if err != nil {
+		return s.appendFailure(dst, req, err)
 	}
 	reply := protocol.TakeReply{
 		Allowed: res.Allowed, Replay: res.Replay, Limit: l.limit, Used: res.Used,

@@ -206,19 +206,7 @@ func (s *Server) untrack(c *conn) {
 // outcome is unknown), reading stops, replies get a moment to be written,
 // and the remaining connections are closed; ctx's error is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.shutting.Store(true)
-	for l := range s.listeners {
-		l.Close()
-	}
-	clear(s.listeners)
-	for c := range s.conns {
-		c.drain()
-	}
-	if len(s.conns) == 0 {
-		s.idleOnce.Do(func() { close(s.idle) })
-	}
-	s.mu.Unlock()
+	s.stop((*conn).drain)
 
 	select {
 	case <-s.idle:
@@ -245,20 +233,26 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close closes the listeners and every connection at once and cancels
 // in-flight Redis calls.
 func (s *Server) Close() {
+	s.stop(func(c *conn) { c.nc.Close() })
+	s.cancelReq()
+}
+
+// stop marks the server as shutting down, closes the listeners and applies
+// each to every open connection.
+func (s *Server) stop(each func(*conn)) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.shutting.Store(true)
 	for l := range s.listeners {
 		l.Close()
 	}
 	clear(s.listeners)
 	for c := range s.conns {
-		c.nc.Close()
+		each(c)
 	}
 	if len(s.conns) == 0 {
 		s.idleOnce.Do(func() { close(s.idle) })
 	}
-	s.mu.Unlock()
-	s.cancelReq()
 }
 
 // Listen creates the Unix socket at path with the given mode. A leftover

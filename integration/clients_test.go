@@ -3,8 +3,11 @@ package integration_test
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"quotad/integration/redistest"
@@ -36,6 +39,60 @@ func TestNonGoClients(t *testing.T) {
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Run(); err != nil {
 				t.Fatalf("%s %s: %v (timed out: %v)\n%s", tc.interpreter, tc.script, err, ctx.Err() != nil, out.String())
+			}
+		})
+	}
+	assertKeysHaveTTL(t, r, sc.prefix)
+}
+
+// TestReadmeExamples runs the Python and Node snippets of README.md as a
+// newcomer would paste them: next to a copy of the client, with the sidecar's
+// socket at ./quotad.sock.
+func TestReadmeExamples(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	sc := startSidecar(t, r.URL())
+	readme, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ fence, interpreter, file, client string }{
+		{"python", "python3", "example.py", filepath.Join("integration", "clients", "python", "quotad.py")},
+		{"js", "node", "example.mjs", filepath.Join("integration", "clients", "node", "quotad.mjs")},
+	} {
+		t.Run(tc.fence, func(t *testing.T) {
+			m := regexp.MustCompile("(?s)```" + tc.fence + "\n(.*?)```").FindSubmatch(readme)
+			if m == nil {
+				t.Fatalf("README.md has no ```%s example", tc.fence)
+			}
+			dir := t.TempDir()
+			client, err := os.ReadFile(filepath.Join(moduleRoot, tc.client))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, data := range map[string][]byte{tc.file: m[1], filepath.Base(tc.client): client} {
+				if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Symlink(sc.socket, filepath.Join(dir, "quotad.sock")); err != nil {
+				t.Fatal(err)
+			}
+			bin, err := exec.LookPath(tc.interpreter)
+			if err != nil {
+				t.Fatalf("%s is required for the README's example and is not on PATH: %v", tc.interpreter, err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, tc.file)
+			cmd.Dir = dir
+			cmd.Env = cleanEnv()
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("README %s example: %v\n%s", tc.fence, err, out)
+			}
+			if !strings.Contains(string(out), "used 2 of 5") || !strings.Contains(string(out), "allowed") {
+				t.Fatalf("README %s example printed %q, want the take's usage and the batch count", tc.fence, out)
 			}
 		})
 	}

@@ -7,7 +7,7 @@ BIN        := bin/quotad
 SOCKET     ?= ./quotad.sock
 FUZZTIME   ?= 10s
 
-.PHONY: help build run test test-unit fuzz lint redis-server clean
+.PHONY: help build run test fuzz lint test-deps clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -18,7 +18,7 @@ build: ## build bin/quotad
 run: build ## run the sidecar on ./quotad.sock (embedded store unless QUOTAD_REDIS_URL is set)
 	QUOTAD_SOCKET=$${QUOTAD_SOCKET:-$(SOCKET)} QUOTAD_LOG_FORMAT=$${QUOTAD_LOG_FORMAT:-console} ./$(BIN) serve
 
-test: redis-server lint ## every test, with the race detector, plus a short fuzz run of the codec
+test: test-deps lint ## every test, with the race detector, plus a short fuzz run of the codec
 	$(GO) test -race -count=1 ./...
 	$(MAKE) --no-print-directory fuzz
 
@@ -31,15 +31,18 @@ lint: ## gofmt and go vet
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-redis-server: ## make sure redis-server is installed (apt-get when root)
-	@if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
+test-deps: ## make sure redis-server, python3 and node are installed (apt-get when root)
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	[ -z "$$missing" ] && exit 0; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing redis-server with apt-get"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+		echo "installing$$missing with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	else \
-		echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server) and run make test again" >&2; exit 1; \
-	fi; \
-	command -v redis-server >/dev/null
+		echo "missing:$$missing. Install them (Debian/Ubuntu: sudo apt-get install$$missing) and run make test again" >&2; exit 1; \
+	fi
 
 clean: ## remove build output
 	rm -rf bin $(SOCKET)

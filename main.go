@@ -151,6 +151,9 @@ func serve(c *cli.Context) error {
 	if timeout <= 0 {
 		return fmt.Errorf("--redis-timeout must be positive")
 	}
+	if c.Duration("config-poll") <= 0 {
+		return fmt.Errorf("--config-poll must be positive")
+	}
 	store, err := sidecar.OpenStore(sidecar.StoreOptions{RedisURL: c.String("redis-url"), Timeout: timeout, Logger: log})
 	if err != nil {
 		return err
@@ -264,8 +267,13 @@ func requestCommand(op, usage string) *cli.Command {
 		Flags:           requestFlags(op),
 		Action: func(c *cli.Context) error {
 			req := map[string]any{"op": op}
+			// Flags after the subject are not parsed by urfave/cli: refuse
+			// them rather than drop a trailing --exit-code silently.
 			subject := c.String("subject")
-			if subject == "" {
+			switch {
+			case subject != "" && c.NArg() > 0, c.NArg() > 1:
+				return &exitErr{code: exitError, err: fmt.Errorf("unexpected arguments %q: give one subject, after all flags", c.Args().Slice())}
+			case subject == "":
 				subject = c.Args().First()
 			}
 			if subject == "" {

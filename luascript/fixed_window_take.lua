@@ -97,8 +97,11 @@ end
 -- whatever path follows, errors included.
 local healed = 0
 if pttl == -1 then
-  redis.call('PEXPIRE', key, window_s)
-  pttl, healed = window, 1
+  -- The window's own length when it is sane, not this caller's: a caller
+  -- refused for other limits must not decide how long the window lives.
+  local own = dec(string.match(f[2], ':([0-9]+)$'), 1, 2678400000) or window
+  redis.call('PEXPIRE', key, own)
+  pttl, healed = own, 1
 end
 
 -- An error reply after healing says so, so that the caller can log and

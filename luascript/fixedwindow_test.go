@@ -562,3 +562,30 @@ func TestWindowSurvivesRestartWithAOF(t *testing.T) {
 		t.Fatalf("retry after restart = %+v, want a replay, used 2, reset in (0, %d]", r, pttl)
 	}
 }
+
+// A window that lost its TTL gets back its own length, even when the take
+// that finds it is refused for asking for another window.
+func TestHealingUsesTheWindowsOwnLength(t *testing.T) {
+	e := setup(t)
+	k := e.key("u")
+	e.take(args(k, 5, 1, ""))
+	e.mustDo("PERSIST", k)
+	long := args(k, 5, 1, "")
+	long.Strict, long.WindowMS = true, 30*24*3600*1000
+	e.takeErr(long, luascript.ErrPolicy)
+	if p := e.pttl(k); p <= 0 || p > minute {
+		t.Fatalf("PTTL after a refused healing take = %d, want the window's own %d at most", p, minute)
+	}
+
+	// A tampered policy field with a zero window must not delete the key
+	// mid-script: the caller's window is used instead.
+	k2 := e.key("v")
+	e.mustDo("HSET", k2, "used", "1", "policy", "5:0", "ids", "0")
+	r := e.take(args(k2, 5, 1, ""))
+	if !r.Allowed || !r.Healed || r.Used != 2 {
+		t.Fatalf("take on a window with a zero stored length = %+v", r)
+	}
+	if p := e.pttl(k2); p <= 0 || p > minute {
+		t.Fatalf("PTTL = %d, want in (0, %d]", p, minute)
+	}
+}

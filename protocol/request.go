@@ -129,11 +129,14 @@ func (r *Request) validate() error {
 			return invalid("window_ms must be an integer from 1 to 2678400000 (31 days)")
 		}
 	}
-	if r.Cost < 1 || r.Cost > MaxLimit {
-		return invalid("cost must be an integer from 1 to the limit")
-	}
-	if r.fields&fieldRequestID != 0 && !validRequestID(r.RequestID) {
-		return invalid("request_id must be 1 to 64 of A-Z a-z 0-9 _ -")
+	if r.Op == OpTake {
+		// cost and request_id mean nothing to a peek, which ignores them.
+		if r.Cost < 1 || r.Cost > MaxLimit {
+			return invalid("cost must be an integer from 1 to the limit")
+		}
+		if r.fields&fieldRequestID != 0 && !validRequestID(r.RequestID) {
+			return invalid("request_id must be 1 to 64 of A-Z a-z 0-9 _ -")
+		}
 	}
 	if r.fields&fieldTimeoutMS != 0 && (r.TimeoutMS < 1 || r.TimeoutMS > MaxTimeoutMS) {
 		return invalid("timeout_ms must be an integer from 1 to 3600000")

@@ -202,6 +202,11 @@ func TestDecodeValid(t *testing.T) {
 			line: `{"op":"ping","subject":"s","policy":"p","limit":1,"window_ms":1}`,
 			want: want{Op: protocol.OpPing, Subject: "s", Policy: "p", Limit: 1, WindowMS: 1, Cost: 1, Inline: true},
 		},
+		{
+			name: "peek ignores the values of cost and request_id",
+			line: `{"op":"peek","subject":"s","policy":"p","cost":0,"request_id":"not valid!"}`,
+			want: want{Op: protocol.OpPeek, Subject: "s", Policy: "p", Cost: 0, RequestID: "not valid!"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

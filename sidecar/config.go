@@ -39,6 +39,7 @@ type Policy struct {
 // a reload builds a new one.
 type Config struct {
 	Policies map[string]*Policy
+	source   []byte // the file's contents, so a reloader notices changes after it
 }
 
 // Names returns the policy names in order, for logs.
@@ -57,10 +58,20 @@ type fileConfig struct {
 }
 
 type filePolicy struct {
-	Algorithm     string `yaml:"algorithm"`
-	Limit         *int64 `yaml:"limit"`
-	Window        string `yaml:"window"`
-	MaxRequestIDs *int64 `yaml:"max_request_ids"`
+	Algorithm string `yaml:"algorithm"`
+	// Integers are decoded by hand: yaml.v3 would truncate 2.9 to 2.
+	Limit         yaml.Node `yaml:"limit"`
+	Window        string    `yaml:"window"`
+	MaxRequestIDs yaml.Node `yaml:"max_request_ids"`
+}
+
+// intField decodes a YAML integer, refusing floats and strings.
+func intField(n yaml.Node) (int64, bool) {
+	var v int64
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
+		return 0, false
+	}
+	return v, true
 }
 
 // LoadConfig reads and validates the policy file at path. An empty path is
@@ -89,7 +100,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, &ConfigError{Msg: "parse yaml: " + err.Error()}
 	}
-	cfg := &Config{Policies: make(map[string]*Policy, len(fc.Policies))}
+	cfg := &Config{Policies: make(map[string]*Policy, len(fc.Policies)), source: data}
 	for name, fp := range fc.Policies {
 		p, err := buildPolicy(name, fp)
 		if err != nil {
@@ -112,13 +123,17 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 	if p.Algorithm != AlgorithmFixedWindow {
 		return nil, fail("algorithm", "unknown algorithm "+quote(p.Algorithm)+" (supported: fixed_window)")
 	}
-	if fp.Limit == nil {
+	if fp.Limit.IsZero() {
 		return nil, fail("limit", "is required")
 	}
-	if *fp.Limit < 1 || *fp.Limit > protocol.MaxLimit {
-		return nil, fail("limit", "must be from 1 to 1000000000, got "+strconv.FormatInt(*fp.Limit, 10))
+	limit, ok := intField(fp.Limit)
+	if !ok {
+		return nil, fail("limit", "must be an integer, got "+quote(fp.Limit.Value))
 	}
-	p.Limit = *fp.Limit
+	if limit < 1 || limit > protocol.MaxLimit {
+		return nil, fail("limit", "must be from 1 to 1000000000, got "+strconv.FormatInt(limit, 10))
+	}
+	p.Limit = limit
 	if fp.Window == "" {
 		return nil, fail("window", "is required (a duration such as 1s, 1m, 1h)")
 	}
@@ -130,11 +145,12 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 		return nil, fail("window", "must be whole milliseconds from 1ms to 744h (31 days), got "+fp.Window)
 	}
 	p.WindowMS = w.Milliseconds()
-	if fp.MaxRequestIDs != nil {
-		if *fp.MaxRequestIDs < 1 || *fp.MaxRequestIDs > maxMaxRequestIDs {
-			return nil, fail("max_request_ids", "must be from 1 to 1000000")
+	if !fp.MaxRequestIDs.IsZero() {
+		n, ok := intField(fp.MaxRequestIDs)
+		if !ok || n < 1 || n > maxMaxRequestIDs {
+			return nil, fail("max_request_ids", "must be an integer from 1 to 1000000, got "+quote(fp.MaxRequestIDs.Value))
 		}
-		p.MaxRequestIDs = *fp.MaxRequestIDs
+		p.MaxRequestIDs = n
 	}
 	return p, nil
 }

@@ -50,6 +50,10 @@ func TestParseConfigErrorsNamePolicyAndField(t *testing.T) {
 		{"policies:\n  api:\n    limit: 5\n    window: 745h\n", "api", "window"},
 		{"policies:\n  api:\n    limit: 5\n    window: 1m\n    algorithm: leaky\n", "api", "algorithm"},
 		{"policies:\n  api:\n    limit: 5\n    window: 1m\n    max_request_ids: 0\n", "api", "max_request_ids"},
+		{"policies:\n  api:\n    limit: 2.9\n    window: 1m\n", "api", "limit"},
+		{"policies:\n  api:\n    limit: '5'\n    window: 1m\n", "api", "limit"},
+		{"policies:\n  api:\n    limit: [5]\n    window: 1m\n", "api", "limit"},
+		{"policies:\n  api:\n    limit: 5\n    window: 1m\n    max_request_ids: 1.7\n", "api", "max_request_ids"},
 		{"policies:\n  'a:b':\n    limit: 5\n    window: 1m\n", "a:b", ""},
 	} {
 		_, err := ParseConfig([]byte(tc.yaml))

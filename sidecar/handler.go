@@ -96,8 +96,8 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	s.observe(err, shortened)
 	var le *luascript.Error
 	if res.Healed || errors.As(err, &le) && le.Healed {
-		s.healed.Add(1)
-		s.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, l.policy), zap.String(keyKey, key))
+		s.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, l.policy),
+			zap.String(keyKey, key), zap.Int64(keyHealedTotal, s.healed.Add(1)))
 	}
 	if err != nil {
 		return s.appendFailure(dst, req, err)
@@ -135,6 +135,14 @@ var transientReplies = []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "CL
 // error is a definite answer; a timeout or a lost connection leaves the
 // outcome of a take unknown, and the message says so.
 func (s *Server) appendFailure(dst []byte, req *protocol.Request, err error) []byte {
+	unknown := ""
+	if req.Op == protocol.OpTake {
+		unknown = ": the outcome is unknown; retry with the same request_id"
+	}
+	if errors.Is(err, luascript.ErrMalformedReply) {
+		s.log.Error("malformed script reply", zap.Error(err), zap.Stringer(keyOp, req.Op))
+		return protocol.AppendError(dst, req.ID, protocol.CodeInternal, err.Error()+unknown)
+	}
 	var le *luascript.Error
 	if errors.As(err, &le) {
 		code := protocol.Code(le.Code)
@@ -145,10 +153,6 @@ func (s *Server) appendFailure(dst []byte, req *protocol.Request, err error) []b
 		s.log.Error("unexpected script error", zap.Error(err), zap.Stringer(keyOp, req.Op))
 		return protocol.AppendError(dst, req.ID, protocol.CodeInternal, err.Error())
 	}
-	unknown := ""
-	if req.Op == protocol.OpTake {
-		unknown = ": the outcome is unknown; retry with the same request_id"
-	}
 	switch {
 	case errors.Is(err, context.Canceled) && s.shutting.Load():
 		return protocol.AppendError(dst, req.ID, protocol.CodeShuttingDown, "the sidecar shut down before redis answered"+unknown)
@@ -156,9 +160,6 @@ func (s *Server) appendFailure(dst []byte, req *protocol.Request, err error) []b
 		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "redis did not answer in time"+unknown)
 	case errors.Is(err, ErrNotConnected):
 		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "not connected to redis: the request was not run")
-	case errors.Is(err, luascript.ErrMalformedReply):
-		s.log.Error("malformed script reply", zap.Error(err), zap.Stringer(keyOp, req.Op))
-		return protocol.AppendError(dst, req.ID, protocol.CodeInternal, err.Error())
 	case isRedisReply(err):
 		msg := redisMessage(err)
 		for _, p := range transientReplies {

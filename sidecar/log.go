@@ -28,6 +28,7 @@ const (
 	keyTimeout     = "redis_timeout"
 	keyAllowInline = "allow_inline"
 	keyReason      = "reason"
+	keyHealedTotal = "healed_total"
 )
 
 // NewLogger builds the process logger: level is debug, info, warn or error;
@@ -51,6 +52,8 @@ func NewLogger(level, format string) (*zap.Logger, error) {
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
 	cfg.EncoderConfig.TimeKey = "ts"
+	// "1.5s" rather than 1.5: the unit travels with the value.
+	cfg.EncoderConfig.EncodeDuration = zapcore.StringDurationEncoder
 	cfg.DisableStacktrace = true
 	cfg.Sampling = nil
 	l, err := cfg.Build()

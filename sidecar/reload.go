@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -23,13 +22,15 @@ type Reloader struct {
 
 	trigger chan struct{}
 	last    []byte // contents of the last file loaded, to notice changes
+	lastErr string // the last read error logged, so a missing file logs once
 }
 
-// NewReloader returns a reloader for path, which was already loaded once.
+// NewReloader returns a reloader for path, whose config the server already
+// uses. Changes are measured against the contents that config was parsed
+// from, so an edit made in between is not missed.
 func NewReloader(path string, interval time.Duration, srv *Server, log *zap.Logger) *Reloader {
-	r := &Reloader{Path: path, Interval: interval, Server: srv, Logger: log.Named("config"), trigger: make(chan struct{}, 1)}
-	r.last, _ = os.ReadFile(path)
-	return r
+	return &Reloader{Path: path, Interval: interval, Server: srv, Logger: log.Named("config"),
+		trigger: make(chan struct{}, 1), last: srv.Config().source}
 }
 
 // Trigger asks for a reload now (on SIGHUP), even if the file looks unchanged.
@@ -59,9 +60,13 @@ func (r *Reloader) Run(ctx context.Context) {
 func (r *Reloader) load(forced bool) {
 	data, err := os.ReadFile(r.Path)
 	if err != nil {
-		r.Logger.Error("config reload failed; keeping the config in use", zap.String(keyConfig, r.Path), zap.Error(err))
+		if forced || err.Error() != r.lastErr {
+			r.Logger.Error("config reload failed; keeping the config in use", zap.String(keyConfig, r.Path), zap.Error(err))
+		}
+		r.lastErr = err.Error()
 		return
 	}
+	r.lastErr = ""
 	if !forced && bytes.Equal(data, r.last) {
 		return
 	}
@@ -72,5 +77,5 @@ func (r *Reloader) load(forced bool) {
 		return
 	}
 	r.Server.SetConfig(cfg)
-	r.Logger.Info("config reloaded", zap.String(keyConfig, r.Path), zap.String(keyPolicies, strings.Join(cfg.Names(), ",")))
+	r.Logger.Info("config reloaded", zap.String(keyConfig, r.Path), zap.Strings(keyPolicies, cfg.Names()))
 }

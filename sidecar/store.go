@@ -31,13 +31,21 @@ type Store struct {
 	kind   string
 	log    *zap.Logger
 	client atomic.Pointer[rueidis.Client]
-	up     atomic.Bool
+	health atomic.Int32 // healthUnknown until the first answer or failure
 	embed  *miniredis.Miniredis
 
 	timeout time.Duration
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 }
+
+// Redis health as the store last saw it. Unknown is a state of its own so
+// that the first failure at start is logged as "redis is down" too.
+const (
+	healthUnknown int32 = iota
+	healthUp
+	healthDown
+)
 
 // ErrNotConnected is returned while the store has no Redis connection yet.
 var ErrNotConnected = errors.New("not connected to redis")
@@ -117,7 +125,7 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 func (s *Store) Kind() string { return s.kind }
 
 // Up reports whether Redis answered the last call or probe.
-func (s *Store) Up() bool { return s.up.Load() }
+func (s *Store) Up() bool { return s.health.Load() == healthUp }
 
 // Client returns the rueidis client, or ErrNotConnected.
 func (s *Store) Client() (rueidis.Client, error) {
@@ -141,7 +149,11 @@ func (s *Store) Observe(err error) {
 }
 
 func (s *Store) setUp(up bool, err error) {
-	if s.up.Swap(up) == up {
+	next := healthDown
+	if up {
+		next = healthUp
+	}
+	if s.health.Swap(next) == next {
 		return
 	}
 	if up {

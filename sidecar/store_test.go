@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"quotad/integration/redistest"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -239,5 +241,29 @@ func TestOpenStoreErrorsDoNotShowThePassword(t *testing.T) {
 		if msg := err.Error(); strings.Contains(msg, "secret") || strings.Contains(msg, "sec ret") || !strings.Contains(msg, "--redis-url") {
 			t.Errorf("OpenStore(%q) = %q: want an error naming --redis-url without the password", u, msg)
 		}
+	}
+}
+
+// An operator alerting on "redis is down" must see it when Redis is already
+// unreachable at start, not only after it was once up.
+func TestRedisDownIsLoggedWhenUnreachableAtStart(t *testing.T) {
+	r := redistest.Start(t)
+	url := r.URL()
+	r.Stop(t)
+
+	core, logs := observer.New(zap.InfoLevel)
+	st, err := OpenStore(StoreOptions{RedisURL: url, Timeout: time.Second, ProbeInterval: 20 * time.Millisecond, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		st.Close()
+		waitDelayedRefreshes(t)
+	})
+	waitFor(t, `a "redis is down" log line`, func() bool {
+		return logs.FilterMessage("redis is down").Len() > 0
+	})
+	if st.Up() {
+		t.Fatal("Up() is true while Redis is unreachable")
 	}
 }

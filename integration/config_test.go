@@ -149,3 +149,29 @@ func TestConfigPolicies(t *testing.T) {
 
 	assertKeysHaveTTL(t, r, sc.prefix)
 }
+
+// TestPolicyRequestIDCap: a policy's max_request_ids bounds the request ids a
+// window remembers. A new id past the cap is refused with REQUEST_IDS_FULL and
+// consumes nothing; replays and takes without an id still work.
+func TestPolicyRequestIDCap(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	cfg := filepath.Join(t.TempDir(), "policies.yaml")
+	writeFileAtomically(t, cfg, "policies:\n  capped:\n    limit: 10\n    window: 1m\n    max_request_ids: 2\n")
+	sc := startSidecar(t, r.URL(), "--config", cfg)
+	c := sc.dial(t)
+	take := func(extra ...any) reply {
+		return c.call(withFields(map[string]any{"op": "take", "subject": "u", "policy": "capped"}, extra))
+	}
+
+	wantTake(t, take("request_id", "a"), true, false, 10, 1)
+	wantTake(t, take("request_id", "b"), true, false, 10, 2)
+	wantError(t, take("request_id", "c"), "REQUEST_IDS_FULL")
+	wantTake(t, take("request_id", "a"), true, true, 10, 1)
+	wantTake(t, take(), true, false, 10, 3)
+	key := luascript.FixedWindowKey(sc.prefix, "capped", "u")
+	if got := redisString(t, r, "HGET", key, "used"); got != "3" {
+		t.Fatalf("HGET %s used = %q, want 3: the refused id consumed nothing", key, got)
+	}
+	assertKeysHaveTTL(t, r, sc.prefix)
+}

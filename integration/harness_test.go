@@ -160,6 +160,9 @@ type sidecarProc struct {
 	// stopping is set once the test sent SIGTERM itself: the cleanup then
 	// only waits, since a second signal forces an exit.
 	stopping atomic.Bool
+	// wantStatus is the exit status the cleanup expects: 0 unless a test
+	// stops the sidecar in a way that is documented to exit otherwise.
+	wantStatus int
 }
 
 // startSidecar runs `quotad serve` on a fresh socket with a fresh key prefix
@@ -297,8 +300,8 @@ func (p *sidecarProc) stop(t *testing.T) {
 			return
 		}
 	}
-	if p.err != nil {
-		t.Errorf("quotad serve on %s exited with %v, want status 0", p.socket, p.err)
+	if code := exitCodeOf(p.err); code != p.wantStatus {
+		t.Errorf("quotad serve on %s exited with %v, want status %d", p.socket, p.err, p.wantStatus)
 	}
 	if strings.Contains(p.out.String(), "WARNING: DATA RACE") {
 		t.Errorf("the race detector reported a data race in quotad serve")

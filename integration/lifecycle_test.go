@@ -164,3 +164,29 @@ func TestEmbeddedStore(t *testing.T) {
 	wantPeek(t, c.call(peekReq("solo", 3, 60000)), 3, 2)
 	sc.waitLog(t, "warn", "NO REDIS CONFIGURED")
 }
+
+// TestSecondSignalExitsNow: an operator who signals twice gets an exit at
+// once (status 1), even while a take is still waiting for Redis.
+func TestSecondSignalExitsNow(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	sc := startSidecar(t, r.URL(), "--redis-timeout", "60s", "--shutdown-timeout", "60s")
+	c := sc.dial(t)
+
+	// The pause outlasts stopTimeout, so only the second signal can end the
+	// drain in time for sc.wait below.
+	redisOK(t, r, "CLIENT", "PAUSE", "120000", "WRITE")
+	t.Cleanup(func() { _ = r.Do(t, "CLIENT", "UNPAUSE").Error() })
+	c.send(mustJSON(t, takeReq("stuck", 5, 60000, "request_id", "t-1")))
+	waitBlockedScript(t, r)
+
+	sc.signal(t, syscall.SIGTERM)
+	sc.waitLog(t, "info", "shutting down")
+	sc.signal(t, syscall.SIGTERM)
+	sc.wantStatus = 1
+	if code := sc.wait(t); code != 1 {
+		t.Fatalf("exit status %d after a second SIGTERM, want 1\n%s", code, sc.out.String())
+	}
+	sc.waitLog(t, "warn", "second signal: exiting now")
+	redisOK(t, r, "CLIENT", "UNPAUSE")
+}

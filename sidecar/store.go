@@ -153,7 +153,9 @@ func (s *Store) setUp(up bool, err error) {
 	if up {
 		next = healthUp
 	}
-	if s.health.Swap(next) == next {
+	// Every call reports here: read first, so the steady state costs no
+	// write to a cache line all request goroutines share.
+	if s.health.Load() == next || s.health.Swap(next) == next {
 		return
 	}
 	if up {

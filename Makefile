@@ -5,7 +5,7 @@ VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo d
 LDFLAGS    := -s -w -X main.version=$(VERSION)
 BIN        := bin/quotad
 SOCKET     ?= ./quotad.sock
-FUZZTIME   ?= 10s
+FUZZTIME   ?= 200000x
 
 .PHONY: help build run test fuzz lint test-deps clean
 
@@ -22,7 +22,7 @@ test: test-deps lint ## every test, with the race detector, plus a short fuzz ru
 	$(GO) test -race -count=1 ./...
 	$(MAKE) --no-print-directory fuzz
 
-fuzz: ## run each codec fuzz target for FUZZTIME (default 10s)
+fuzz: ## run each codec fuzz target for FUZZTIME executions (default 200000x; a duration such as 5m also works)
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./protocol/
 	$(GO) test -run='^$$' -fuzz='^FuzzLineReader$$' -fuzztime=$(FUZZTIME) ./protocol/
 

@@ -160,8 +160,15 @@ func (s *Server) appendFailure(dst []byte, req *protocol.Request, err error) []b
 		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "redis did not answer in time"+unknown)
 	case errors.Is(err, ErrNotConnected):
 		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "not connected to redis: the request was not run")
+	case errors.Is(err, ErrBreakerOpen):
+		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, ErrBreakerOpen.Error())
 	case isRedisReply(err):
 		msg := redisMessage(err)
+		if strings.HasPrefix(msg, "OOM") {
+			// The script's first write is refused before anything is
+			// written, so the outcome is known.
+			return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "redis is out of memory (maxmemory): nothing was written: "+msg)
+		}
 		for _, p := range transientReplies {
 			if strings.HasPrefix(msg, p) {
 				return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "redis refused the request: "+msg)

@@ -65,7 +65,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	}
 	client, err := s.store.Client()
 	if err != nil {
-		return s.appendFailure(dst, req, err)
+		return s.appendUndecided(dst, req, l, err)
 	}
 	timeout := s.opts.RedisTimeout
 	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < timeout {
@@ -100,7 +100,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 			zap.String(keyKey, key), zap.Int64(keyHealedTotal, s.healed.Add(1)))
 	}
 	if err != nil {
-		return s.appendFailure(dst, req, err)
+		return s.appendUndecided(dst, req, l, err)
 	}
 	reply := protocol.TakeReply{
 		Allowed: res.Allowed, Replay: res.Replay, Limit: l.limit, Used: res.Used,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -373,4 +374,52 @@ func TestHungRedisKeepsTheSidecarBounded(t *testing.T) {
 	})
 	wantPeek(t, c.call(peekReq("hung", 10, 60000)), 10, 2)
 	assertKeysHaveTTL(t, r, p.prefix)
+}
+
+// TestOnUnavailableFromTheConfigFile fails open and closed per policy, as
+// configured in the policy file, while Redis is stopped; the degraded
+// answers are marked, and real decisions resume when Redis is back.
+func TestOnUnavailableFromTheConfigFile(t *testing.T) {
+	t.Parallel()
+	cfg := filepath.Join(t.TempDir(), "policies.yaml")
+	writeFileAtomically(t, cfg, `policies:
+  open:
+    limit: 3
+    window: 1m
+    on_unavailable: allow
+  closed:
+    limit: 3
+    window: 1m
+    on_unavailable: deny
+  strict:
+    limit: 3
+    window: 1m
+`)
+	r := redistest.Start(t)
+	p := startSidecar(t, r.URL(), "--config", cfg)
+	c := p.dial(t)
+	take := func(policy string) string { return `{"op":"take","subject":"s","policy":"` + policy + `"}` }
+	for _, policy := range []string{"open", "closed", "strict"} {
+		rep := c.do(take(policy))
+		wantTake(t, rep, true, false, 3, 1)
+		if _, ok := rep.fields["degraded"]; ok {
+			t.Fatalf("a real decision: got %s, want no degraded field", rep)
+		}
+	}
+
+	r.Stop(t)
+	eventually(t, "ping to report redis_ok false", func() bool {
+		return !c.do(`{"op":"ping"}`).flag(t, "redis_ok")
+	})
+	open := c.do(take("open"))
+	wantTake(t, open, true, false, 3, 0)
+	closed := c.do(take("closed"))
+	wantTake(t, closed, false, false, 3, 0)
+	for _, rep := range []reply{open, closed} {
+		if !strings.HasSuffix(rep.raw, `,"degraded":true}`) {
+			t.Fatalf("a degraded answer: got %s, want \"degraded\":true as its last field", rep)
+		}
+	}
+	wantError(t, c.do(take("strict")), "UNAVAILABLE")
+	wantError(t, c.do(`{"op":"peek","subject":"s","policy":"open"}`), "UNAVAILABLE")
 }

@@ -41,6 +41,10 @@ type damper struct {
 func (d *damper) opened(now time.Time, closedBefore bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.openedLocked(now, closedBefore)
+}
+
+func (d *damper) openedLocked(now time.Time, closedBefore bool) {
 	d.oks = 0
 	if closedBefore && !d.closedAt.IsZero() && now.Sub(d.closedAt) < flapProbes*d.every {
 		d.need = min(max(d.need, 1)*2, maxCloseProbes)

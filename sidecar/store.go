@@ -179,15 +179,22 @@ func (s *Store) setUp(up bool, err error) {
 	if s.health.Load() == next {
 		return
 	}
+	// The damper's lock makes opening and its bookkeeping one step, so a
+	// probe never counts toward closing a breaker whose damping is not set.
+	s.damper.mu.Lock()
 	prev := s.health.Swap(next)
+	if prev != next && !up {
+		s.damper.openedLocked(time.Now(), prev == healthUp)
+	}
+	need := max(s.damper.need, 1)
+	s.damper.mu.Unlock()
 	if prev == next {
 		return
 	}
 	if up {
 		s.log.Info("redis is up")
 	} else {
-		s.damper.opened(time.Now(), prev == healthUp)
-		s.log.Warn("redis is down", zap.Error(err), zap.Int(keyCloseProbes, s.damper.closeProbes()))
+		s.log.Warn("redis is down", zap.Error(err), zap.Int(keyCloseProbes, need))
 	}
 }
 

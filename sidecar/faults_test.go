@@ -83,7 +83,7 @@ func TestSlowRedisAnswersOutcomeUnknownAndARetryConsumesOnce(t *testing.T) {
 	}{
 		{
 			name: "DEBUG SLEEP",
-			slow: func(t *testing.T, r *redistest.Server) func() { return debugSleep(t, r, 3*time.Second) },
+			slow: func(t *testing.T, r *redistest.Server) func() { return debugSleep(t, r, 5*time.Second) },
 		},
 		{
 			name: "CLIENT PAUSE WRITE",

@@ -305,7 +305,7 @@ func TestHungRedisKeepsTheSidecarBounded(t *testing.T) {
 	t.Parallel()
 	const conns, perConn = 20, 200
 	r := redistest.Start(t)
-	p := startSidecar(t, r.URL(), "--redis-timeout", "500ms")
+	p := startSidecar(t, r.URL(), "--redis-timeout", "2s")
 	pid := p.cmd.Process.Pid
 	c := p.dial(t)
 	wantTake(t, c.call(takeReq("hung", 10, 60000)), true, false, 10, 1)

@@ -97,7 +97,7 @@ func measure(t *testing.T) footprint {
 func TestBreakerAnswersAtOnceWhileRedisHangsAndClosesWhenItAnswers(t *testing.T) {
 	r := redistest.Start(t)
 	st := openStore(t, r.URL())
-	ts := startServer(t, Options{Store: st, AllowInline: true, RedisTimeout: 500 * time.Millisecond})
+	ts := startServer(t, Options{Store: st, AllowInline: true, RedisTimeout: 2 * time.Second})
 	c := ts.dial(t)
 	waitRedisOK(t, c)
 	if got := c.call(inlineTake("w", "hang", 1000, "")); !got.OK || !got.Allowed {

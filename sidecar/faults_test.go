@@ -83,7 +83,7 @@ func TestSlowRedisAnswersOutcomeUnknownAndARetryConsumesOnce(t *testing.T) {
 	}{
 		{
 			name: "DEBUG SLEEP",
-			slow: func(t *testing.T, r *redistest.Server) func() { return debugSleep(t, r, 5*time.Second) },
+			slow: func(t *testing.T, r *redistest.Server) func() { return debugSleep(t, r, 6*time.Second) },
 		},
 		{
 			name: "CLIENT PAUSE WRITE",
@@ -100,8 +100,11 @@ func TestSlowRedisAnswersOutcomeUnknownAndARetryConsumesOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := redistest.Start(t, redistest.WithArgs("--enable-debug-command", "yes"))
+			// The deadline is far below the slowness (a 6s sleep, a pause
+			// lifted by hand) and far above Redis's latency on a loaded
+			// machine, so only the slowness makes a call time out.
 			st := openStore(t, r.URL())
-			ts := startServer(t, Options{Store: st, AllowInline: true, RedisTimeout: 500 * time.Millisecond})
+			ts := startServer(t, Options{Store: st, AllowInline: true, RedisTimeout: 2 * time.Second})
 			c := ts.dial(t)
 			waitRedisOK(t, c)
 			// Load the script, so that the take reaches Redis as EVALSHA.

@@ -17,6 +17,12 @@
 -- Every argument is checked before Redis is touched. The only write that may
 -- precede an error reply or a denial is restoring a missing TTL, and no path
 -- leaves the key without one.
+--
+-- Under maxmemory (noeviction) Redis refuses only a script's first write
+-- that may grow memory (HSET), and allows every write after one succeeded.
+-- Each path's first write is its HSET, or a PEXPIRE (never refused) that
+-- restores a TTL, so a full Redis leaves a window untouched or decides in
+-- full: nothing is ever half-written. Keep that order when changing a path.
 
 if #KEYS ~= 1 or #ARGV ~= 6 then
   return redis.error_reply('INVALID want 1 key and 6 arguments')

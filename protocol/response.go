@@ -16,6 +16,9 @@ type TakeReply struct {
 	Remaining    int64
 	ResetMS      int64 // until the window ends, from Redis's PTTL
 	RetryAfterMS int64 // 0 when allowed
+	// Degraded: Redis could not decide and the policy's on_unavailable
+	// answered instead. Written only when true.
+	Degraded bool
 }
 
 // PeekReply is the answer to a peek.
@@ -48,6 +51,9 @@ func AppendTake(dst, id []byte, r TakeReply) []byte {
 	dst = appendInt(dst, `,"remaining":`, r.Remaining)
 	dst = appendInt(dst, `,"reset_ms":`, r.ResetMS)
 	dst = appendInt(dst, `,"retry_after_ms":`, r.RetryAfterMS)
+	if r.Degraded {
+		dst = append(dst, `,"degraded":true`...)
+	}
 	return append(dst, "}\n"...)
 }
 

@@ -79,6 +79,14 @@ func TestAppendReplies(t *testing.T) {
 			keys: []string{"ok", "allowed", "replay", "limit", "used", "remaining", "reset_ms", "retry_after_ms"},
 		},
 		{
+			name: "take degraded by on_unavailable: the field comes last",
+			line: protocol.AppendTake(nil, []byte("8"), protocol.TakeReply{
+				Allowed: true, Limit: 5, Remaining: 5, Degraded: true,
+			}),
+			want: `{"id":8,"ok":true,"allowed":true,"replay":false,"limit":5,"used":0,"remaining":5,"reset_ms":0,"retry_after_ms":0,"degraded":true}`,
+			keys: []string{"id", "ok", "allowed", "replay", "limit", "used", "remaining", "reset_ms", "retry_after_ms", "degraded"},
+		},
+		{
 			name: "peek, documented example",
 			line: protocol.AppendPeek(nil, nil, protocol.PeekReply{Limit: 5, Used: 2, Remaining: 3, ResetMS: 41250}),
 			want: `{"ok":true,"limit":5,"used":2,"remaining":3,"reset_ms":41250}`,

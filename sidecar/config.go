@@ -33,6 +33,10 @@ type Policy struct {
 	Limit         int64
 	WindowMS      int64
 	MaxRequestIDs int64
+	// OnUnavailable is what a take answers when Redis cannot decide it:
+	// OnUnavailableError (the default), OnUnavailableAllow or
+	// OnUnavailableDeny.
+	OnUnavailable string
 }
 
 // Config is a parsed and validated policy file. It is immutable once built;
@@ -63,6 +67,7 @@ type filePolicy struct {
 	Limit         yaml.Node `yaml:"limit"`
 	Window        string    `yaml:"window"`
 	MaxRequestIDs yaml.Node `yaml:"max_request_ids"`
+	OnUnavailable yaml.Node `yaml:"on_unavailable"`
 }
 
 // intField decodes a YAML integer, refusing floats and strings.
@@ -151,6 +156,9 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 			return nil, fail("max_request_ids", "must be an integer from 1 to 1000000, got "+quote(fp.MaxRequestIDs.Value))
 		}
 		p.MaxRequestIDs = n
+	}
+	if p.OnUnavailable, err = parseOnUnavailable(fp.OnUnavailable); err != nil {
+		return nil, fail("on_unavailable", err.Error())
 	}
 	return p, nil
 }

@@ -65,7 +65,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	}
 	client, err := s.store.Client()
 	if err != nil {
-		return s.appendFailure(dst, req, err)
+		return s.appendUndecided(dst, req, l, err)
 	}
 	timeout := s.opts.RedisTimeout
 	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < timeout {
@@ -100,7 +100,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 			zap.String(keyKey, key), zap.Int64(keyHealedTotal, s.healed.Add(1)))
 	}
 	if err != nil {
-		return s.appendFailure(dst, req, err)
+		return s.appendUndecided(dst, req, l, err)
 	}
 	reply := protocol.TakeReply{
 		Allowed: res.Allowed, Replay: res.Replay, Limit: l.limit, Used: res.Used,
@@ -160,8 +160,15 @@ func (s *Server) appendFailure(dst []byte, req *protocol.Request, err error) []b
 		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "redis did not answer in time"+unknown)
 	case errors.Is(err, ErrNotConnected):
 		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "not connected to redis: the request was not run")
+	case errors.Is(err, ErrBreakerOpen):
+		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, ErrBreakerOpen.Error())
 	case isRedisReply(err):
 		msg := redisMessage(err)
+		if strings.HasPrefix(msg, "OOM") {
+			// The script's first write is refused before anything is
+			// written, so the outcome is known.
+			return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "redis is out of memory (maxmemory): nothing was written: "+msg)
+		}
 		for _, p := range transientReplies {
 			if strings.HasPrefix(msg, p) {
 				return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "redis refused the request: "+msg)

@@ -172,6 +172,8 @@ func TestAppendFailureMapsErrorsToCodes(t *testing.T) {
 		{"redis timeout", srv, fmt.Errorf("fixed window take: %w", context.DeadlineExceeded), protocol.CodeUnavailable, unknown},
 		{"cancelled by shutdown", draining, fmt.Errorf("fixed window take: %w", context.Canceled), protocol.CodeShuttingDown, unknown},
 		{"not connected yet", srv, ErrNotConnected, protocol.CodeUnavailable, "not connected"},
+		{"breaker open", srv, ErrBreakerOpen, protocol.CodeUnavailable, "breaker open"},
+		{"redis OOM says nothing was written", srv, refused["OOM"], protocol.CodeUnavailable, "nothing was written"},
 		{"connection refused", srv, fmt.Errorf("fixed window take: %w", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), protocol.CodeUnavailable, unknown},
 		{"redis OOM", srv, refused["OOM"], protocol.CodeUnavailable, "OOM"},
 		{"redis READONLY", srv, refused["READONLY"], protocol.CodeUnavailable, "READONLY"},

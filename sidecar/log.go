@@ -29,6 +29,7 @@ const (
 	keyAllowInline = "allow_inline"
 	keyReason      = "reason"
 	keyHealedTotal = "healed_total"
+	keyCloseProbes = "close_probes"
 )
 
 // NewLogger builds the process logger: level is debug, info, warn or error;

@@ -27,12 +27,18 @@ const (
 //
 // When Redis cannot be reached at start the store keeps connecting in the
 // background; until then every call fails fast with ErrNotConnected.
+//
+// The health state is the circuit breaker: once a call or a probe finds
+// Redis unreachable or too slow, the breaker is open and Client fails fast
+// with ErrBreakerOpen, so callers are answered at once instead of each
+// waiting out the timeout. Only the background probe closes it (see damper).
 type Store struct {
 	kind   string
 	log    *zap.Logger
 	client atomic.Pointer[rueidis.Client]
 	health atomic.Int32 // healthUnknown until the first answer or failure
 	embed  *miniredis.Miniredis
+	damper damper // when the breaker may close again
 
 	timeout time.Duration
 	stop    context.CancelFunc
@@ -81,6 +87,7 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{log: opts.Logger.Named("store"), timeout: opts.Timeout, stop: cancel}
+	s.damper.every = opts.ProbeInterval
 	var copt rueidis.ClientOption
 	if opts.RedisURL == "" {
 		s.kind = StoreEmbedded
@@ -124,22 +131,36 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 // Kind is StoreRedis or StoreEmbedded.
 func (s *Store) Kind() string { return s.kind }
 
-// Up reports whether Redis answered the last call or probe.
+// Up reports whether Redis answered the last call or probe. It is false
+// while the breaker is open.
 func (s *Store) Up() bool { return s.health.Load() == healthUp }
 
-// Client returns the rueidis client, or ErrNotConnected.
+// ProbeInterval is how often the background probe pings Redis.
+func (s *Store) ProbeInterval() time.Duration { return s.damper.every }
+
+// Client returns the rueidis client; ErrNotConnected before the first
+// connection, ErrBreakerOpen while Redis is down.
 func (s *Store) Client() (rueidis.Client, error) {
-	if c := s.client.Load(); c != nil {
-		return *c, nil
+	c := s.client.Load()
+	if c == nil {
+		return nil, ErrNotConnected
 	}
-	return nil, ErrNotConnected
+	if s.health.Load() == healthDown {
+		return nil, ErrBreakerOpen
+	}
+	return *c, nil
 }
 
 // Observe records the outcome of a call: an answer from Redis (even an error
 // reply) means it is up; a transport error or timeout means it is not.
 func (s *Store) Observe(err error) {
 	if err == nil || isRedisReply(err) {
-		s.setUp(true, nil)
+		// A call that started before the breaker opened and was answered
+		// late does not close it: only the probe does, so that the damping
+		// of a flapping Redis holds.
+		if s.health.Load() != healthDown {
+			s.setUp(true, nil)
+		}
 		return
 	}
 	if errors.Is(err, context.Canceled) {
@@ -155,13 +176,25 @@ func (s *Store) setUp(up bool, err error) {
 	}
 	// Every call reports here: read first, so the steady state costs no
 	// write to a cache line all request goroutines share.
-	if s.health.Load() == next || s.health.Swap(next) == next {
+	if s.health.Load() == next {
+		return
+	}
+	// The damper's lock makes opening and its bookkeeping one step, so a
+	// probe never counts toward closing a breaker whose damping is not set.
+	s.damper.mu.Lock()
+	prev := s.health.Swap(next)
+	if prev != next && !up {
+		s.damper.openedLocked(time.Now(), prev == healthUp)
+	}
+	need := max(s.damper.need, 1)
+	s.damper.mu.Unlock()
+	if prev == next {
 		return
 	}
 	if up {
 		s.log.Info("redis is up")
 	} else {
-		s.log.Warn("redis is down", zap.Error(err))
+		s.log.Warn("redis is down", zap.Error(err), zap.Int(keyCloseProbes, need))
 	}
 }
 
@@ -198,17 +231,33 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 }
 
 func (s *Store) probe(ctx context.Context) {
-	c, err := s.Client()
-	if err != nil {
+	cp := s.client.Load()
+	if cp == nil {
 		return
 	}
+	c := *cp
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	err = c.Do(pctx, c.B().Ping().Build()).Error()
+	err := c.Do(pctx, c.B().Ping().Build()).Error()
 	if ctx.Err() != nil {
 		return
 	}
-	s.Observe(err)
+	s.probed(err)
+}
+
+// probed feeds a probe's outcome to the breaker: a failure opens it (or
+// keeps it open); while it is open, a success closes it once the damper
+// has seen enough successes in a row.
+func (s *Store) probed(err error) {
+	if err != nil && !isRedisReply(err) {
+		s.damper.probeFailed()
+		s.setUp(false, err)
+		return
+	}
+	if s.health.Load() == healthDown && !s.damper.probeOK(time.Now()) {
+		return
+	}
+	s.setUp(true, nil)
 }
 
 // Close stops probing and closes the client and the embedded store.

@@ -29,6 +29,7 @@ type Reply struct {
 	Version      string          `json:"version"`
 	Error        Code            `json:"error"`
 	Message      string          `json:"message"`
+	RedisError   string          `json:"redis_error,omitempty"`
 }
 
 // Err returns the reply's error as an *Error, or nil for an ok reply.

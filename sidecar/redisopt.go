@@ -53,6 +53,9 @@ func redisClientOption(opts StoreOptions) (rueidis.ClientOption, error) {
 	if copt.ClientName == "" {
 		copt.ClientName = clientName
 	}
+	// The name set by HELLO identifies quotad's connections; CLIENT SETINFO
+	// would only cost a round trip and a command in the ACL.
+	copt.ClientSetInfo = rueidis.DisableClientSetInfo
 	if copt.Sentinel.MasterSet != "" {
 		// The addresses are the sentinels'. They are reached like the
 		// master (TLS or not, same CA), with their own credentials from

@@ -18,7 +18,10 @@ import (
 // by itself.
 func TestClusterFailoverAndMigrationUnderLoad(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	p := startSidecar(t, c.URL())
+	// As the README's ACL user: a Cluster needs nothing more.
+	addACLUser(t, append(c.Masters, c.Replicas...)...)
+	p := launchSidecarEnv(t, socketPath(t), strings.Replace(c.URL(), "redis://", "redis://quotad@", 1), []string{"QUOTAD_REDIS_PASSWORD=" + aclPassword})
+	p.waitReady(t)
 
 	subjects := make([]string, 300)
 	perMaster := map[*redistest.Server]int{}
@@ -97,4 +100,5 @@ func TestClusterFailoverAndMigrationUnderLoad(t *testing.T) {
 		}
 		redistest.AssertAllKeysHaveTTL(t, n.Client(t), p.prefix)
 	}
+	wantNoACLDenials(t, append(c.Masters, c.Replicas...)...)
 }

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"quotad/integration/redistest"
@@ -13,7 +14,11 @@ import (
 // answer.
 func TestSentinelFailoverUnderLoad(t *testing.T) {
 	s := redistest.StartSentinel(t)
-	p := startSidecar(t, s.URL())
+	// As the README's ACL user on the data nodes; the sentinels need no
+	// password here.
+	addACLUser(t, s.Master, s.Replica)
+	p := launchSidecarEnv(t, socketPath(t), strings.Replace(s.URL(), "redis://", "redis://quotad@", 1), []string{"QUOTAD_REDIS_PASSWORD=" + aclPassword})
+	p.waitReady(t)
 	subjects := make([]string, 100)
 	for i := range subjects {
 		subjects[i] = fmt.Sprintf("user-%d", i)
@@ -41,4 +46,5 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 		t.Errorf("the new master has %d quotad connections, want 1 to 4", n)
 	}
 	redistest.AssertAllKeysHaveTTL(t, s.Replica.Client(t), p.prefix)
+	wantNoACLDenials(t, s.Master, s.Replica)
 }

@@ -127,21 +127,17 @@ func rawQuery(raw string) string {
 	return ""
 }
 
-// describeRedisErr adds what an operator should check to errors whose cause
-// is the TLS setup rather than Redis being down.
+// describeRedisErr says what an operator should check when the cause of an
+// error is the TLS setup rather than Redis being down.
 func describeRedisErr(err error) error {
 	var (
 		unknownCA *x509.UnknownAuthorityError
 		hostname  x509.HostnameError
 		invalid   x509.CertificateInvalidError
 		verify    *tls.CertificateVerificationError
-		header    tls.RecordHeaderError
 	)
-	switch {
-	case errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &invalid), errors.As(err, &verify):
+	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify) {
 		return fmt.Errorf("redis's TLS certificate is not trusted (check --redis-ca-file and the host name in --redis-url): %w", err)
-	case errors.As(err, &header):
-		return fmt.Errorf("redis did not answer TLS (use redis:// for a plain port): %w", err)
 	}
 	return err
 }

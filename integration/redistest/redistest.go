@@ -257,6 +257,7 @@ func (s *Server) start() error {
 		args = append(args, "--sentinel")
 	}
 	cmd := exec.Command(s.bin, args...)
+	cmd.SysProcAttr = procAttr()
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	if err := cmd.Start(); err != nil {

@@ -136,6 +136,9 @@ func TestACLUserFromREADME(t *testing.T) {
 		t.Errorf("ping as the ACL user: %s", stdout)
 	}
 	wantNoACLDenials(t, r)
+	if n := quotadConns(t, r); n < 1 || n > 4 {
+		t.Errorf("redis has %d quotad connections, want 1 to 4", n)
+	}
 
 	as, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress: []string{r.Addr()}, Username: "quotad", Password: aclPassword,
@@ -203,6 +206,15 @@ func TestRedisPasswordSources(t *testing.T) {
 			if strings.Contains(p.out.String(), pw) {
 				t.Errorf("the log of the sidecar on %s shows a password:\n%s", p.socket, p.out.String())
 			}
+		}
+	}
+}
+
+func TestServeHelpSaysHowTheURLSelectsTheTopology(t *testing.T) {
+	stdout, _, code := cli(t, "serve", "--help")
+	for _, want := range []string{"rediss://", "addr=", "master_set=", "sentinel_password=", "--redis-ca-file", "QUOTAD_REDIS_PASSWORD", "--redis-password-file"} {
+		if code != 0 || !strings.Contains(stdout, want) {
+			t.Errorf("serve --help (exit %d) does not mention %s:\n%s", code, want, stdout)
 		}
 	}
 }

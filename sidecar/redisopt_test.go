@@ -93,4 +93,7 @@ func TestRedisSentinelOptionFromURL(t *testing.T) {
 	if copt.ClientName != clientName || s.ClientName != clientName {
 		t.Fatalf("client names %q, %q; want %q", copt.ClientName, s.ClientName, clientName)
 	}
+	if red := RedactURL("redis://:" + secret + "@s1:26379?master_set=main&sentinel_password=" + secret); strings.Contains(red, secret) {
+		t.Fatalf("RedactURL shows a password: %s", red)
+	}
 }

@@ -20,7 +20,11 @@ func TestClusterFailoverAndMigrationUnderLoad(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	// As the README's ACL user: a Cluster needs nothing more.
 	addACLUser(t, append(c.Masters, c.Replicas...)...)
-	p := launchSidecarEnv(t, socketPath(t), strings.Replace(c.URL(), "redis://", "redis://quotad@", 1), []string{"QUOTAD_REDIS_PASSWORD=" + aclPassword})
+	// A long deadline, so that only a redirection not followed, never a
+	// slow machine, can make a take UNAVAILABLE during the migration. A
+	// dead master refuses connections at once: the failover does not wait
+	// on it.
+	p := launchSidecarEnv(t, socketPath(t), strings.Replace(c.URL(), "redis://", "redis://quotad@", 1), []string{"QUOTAD_REDIS_PASSWORD=" + aclPassword}, "--redis-timeout", "5s")
 	p.waitReady(t)
 
 	subjects := make([]string, 300)

@@ -1,10 +1,14 @@
 package sidecar
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap"
 )
 
 const secret = "s3cr3t-Pw"
@@ -95,5 +99,24 @@ func TestRedisSentinelOptionFromURL(t *testing.T) {
 	}
 	if red := RedactURL("redis://:" + secret + "@s1:26379?master_set=main&sentinel_password=" + secret); strings.Contains(red, secret) {
 		t.Fatalf("RedactURL shows a password: %s", red)
+	}
+}
+
+// A request refused for want of a connection was not run, whatever the
+// last connection attempt failed with: its reply must not call the outcome
+// unknown.
+func TestNotConnectedIsNotATimeout(t *testing.T) {
+	st := &Store{kind: StoreRedis, log: zap.NewNop()}
+	st.setUp(false, context.DeadlineExceeded)
+	_, err := st.Client()
+	if !errors.Is(err, ErrNotConnected) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Client() = %v: want ErrNotConnected and not a deadline", err)
+	}
+	if !strings.Contains(err.Error(), "context deadline exceeded") {
+		t.Fatalf("Client() = %v: want the cause in the message", err)
+	}
+	st.setUp(true, nil)
+	if st.LastError() != nil {
+		t.Fatalf("LastError() = %v after redis came up", st.LastError())
 	}
 }

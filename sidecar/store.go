@@ -139,7 +139,9 @@ func (s *Store) Client() (rueidis.Client, error) {
 		return *c, nil
 	}
 	if err := s.LastError(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotConnected, err)
+		// %v, not %w: the cause must not look like this call's own
+		// timeout, which would make its outcome unknown; it was not run.
+		return nil, fmt.Errorf("%w: %v", ErrNotConnected, err)
 	}
 	return nil, ErrNotConnected
 }

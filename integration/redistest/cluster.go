@@ -206,7 +206,7 @@ type Migration struct {
 // has.
 func (c *Cluster) BeginMigration(t testing.TB, slot, dst int) *Migration {
 	t.Helper()
-	src := c.owner(t, slot)
+	src := c.Owner(t, slot)
 	d := c.Masters[dst]
 	if src == d {
 		t.Fatalf("slot %d is already on %s", slot, d.Addr())
@@ -267,10 +267,16 @@ func (m *Migration) Finish(t testing.TB) {
 	})
 }
 
-// owner is the master that serves slot, as Masters[0] sees it.
-func (c *Cluster) owner(t testing.TB, slot int) *Server {
+// Owner is the node that serves slot, as the first running master sees it.
+func (c *Cluster) Owner(t testing.TB, slot int) *Server {
 	t.Helper()
-	addr := slotOwnerSeenBy(t, c.Masters[0], slot)
+	var addr string
+	for _, n := range c.nodes() {
+		if n.Running() {
+			addr = slotOwnerSeenBy(t, n, slot)
+			break
+		}
+	}
 	for _, n := range c.nodes() {
 		if n.Addr() == addr {
 			return n
@@ -279,9 +285,6 @@ func (c *Cluster) owner(t testing.TB, slot int) *Server {
 	t.Fatalf("slot %d is served by %q, not a node of this cluster", slot, addr)
 	return nil
 }
-
-// Owner is the node that serves slot.
-func (c *Cluster) Owner(t testing.TB, slot int) *Server { return c.owner(t, slot) }
 
 func slotOwnerSeenBy(t testing.TB, n *Server, slot int) string {
 	t.Helper()

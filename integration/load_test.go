@@ -189,7 +189,9 @@ func (l *load) finish(t *testing.T) {
 func quotadConns(t *testing.T, n *redistest.Server) int {
 	t.Helper()
 	list := redisString(t, n, "CLIENT", "LIST")
-	return strings.Count(list, " name=quotad ")
+	conns := strings.Count(list, " name=quotad ")
+	t.Logf("%s: %d quotad connections", n.Addr(), conns)
+	return conns
 }
 
 // inlineKey is the Redis key of an inline-limit window.

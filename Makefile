@@ -7,7 +7,7 @@ BIN        := bin/quotad
 SOCKET     ?= ./quotad.sock
 FUZZTIME   ?= 200000x
 
-.PHONY: help build run test fuzz lint test-deps clean
+.PHONY: help build run test fuzz lint test-deps clean cluster sentinel
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -17,6 +17,12 @@ build: ## build bin/quotad
 
 run: build ## run the sidecar on ./quotad.sock (embedded store unless QUOTAD_REDIS_URL is set)
 	QUOTAD_SOCKET=$${QUOTAD_SOCKET:-$(SOCKET)} QUOTAD_LOG_FORMAT=$${QUOTAD_LOG_FORMAT:-console} ./$(BIN) serve
+
+cluster: ## start a local Redis Cluster (3 masters, 3 replicas) until Ctrl-C; prints the URL for make run
+	$(GO) run ./integration/redistest/cmd/redistopo cluster
+
+sentinel: ## start a local master, replica and 3 sentinels until Ctrl-C; prints the URL for make run
+	$(GO) run ./integration/redistest/cmd/redistopo sentinel
 
 test: test-deps lint ## every test, with the race detector, plus a short fuzz run of the codec
 	$(GO) test -race -count=1 ./...

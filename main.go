@@ -106,7 +106,10 @@ func serveCommand() *cli.Command {
 		Flags: []cli.Flag{
 			socketFlag(),
 			&cli.StringFlag{Name: "socket-mode", Value: "0660", EnvVars: []string{"QUOTAD_SOCKET_MODE"}, Usage: "permissions of the socket file (octal)"},
-			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"QUOTAD_REDIS_URL"}, Usage: "Redis to decide against (redis://, rediss://, unix://, addr=, master_set=); empty runs an embedded store local to this process"},
+			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"QUOTAD_REDIS_URL"}, Usage: "Redis to decide against; empty runs an embedded store local to this process. " + redisURLHelp},
+			&cli.StringFlag{Name: "redis-ca-file", EnvVars: []string{"QUOTAD_REDIS_CA_FILE"}, Usage: "PEM file of the CAs that sign Redis's TLS certificate (rediss:// URLs); default: the system's"},
+			&cli.StringFlag{Name: "redis-password", EnvVars: []string{"QUOTAD_REDIS_PASSWORD"}, Usage: "Redis password; set it through the env var or --redis-password-file, as arguments are visible in ps"},
+			&cli.StringFlag{Name: "redis-password-file", EnvVars: []string{"QUOTAD_REDIS_PASSWORD_FILE"}, Usage: "file holding the Redis password (read at start; a trailing newline is dropped)"},
 			&cli.StringFlag{Name: "config", EnvVars: []string{"QUOTAD_CONFIG"}, Usage: "policy file (YAML); reloaded on SIGHUP and when it changes"},
 			&cli.DurationFlag{Name: "config-poll", Value: 2 * time.Second, EnvVars: []string{"QUOTAD_CONFIG_POLL"}, Usage: "how often the policy file is checked for changes"},
 			&cli.StringFlag{Name: "key-prefix", Value: "quotad:", EnvVars: []string{"QUOTAD_KEY_PREFIX"}, Usage: "prefix of every Redis key quotad writes"},
@@ -122,6 +125,12 @@ func serveCommand() *cli.Command {
 		Action: serve,
 	}
 }
+
+// redisURLHelp says how --redis-url selects the topology.
+const redisURLHelp = `Standalone: redis://[user:pass@]host:6379[/db] (rediss:// for TLS, unix:///path for a socket). ` +
+	`Cluster: any node, more nodes as addr=: redis://host1:6379?addr=host2:6379&addr=host3:6379 (a cluster is detected by itself). ` +
+	`Sentinel: the sentinels, and the master's name as master_set=: redis://s1:26379?addr=s2:26379&addr=s3:26379&master_set=mymaster ` +
+	`(sentinel_password= if the sentinels need one; the URL's password is the master's).`
 
 func serve(c *cli.Context) error {
 	// Signals are taken first and released last, so that a second signal
@@ -154,7 +163,10 @@ func serve(c *cli.Context) error {
 	if c.Duration("config-poll") <= 0 {
 		return fmt.Errorf("--config-poll must be positive")
 	}
-	store, err := sidecar.OpenStore(sidecar.StoreOptions{RedisURL: c.String("redis-url"), Timeout: timeout, Logger: log})
+	store, err := sidecar.OpenStore(sidecar.StoreOptions{
+		RedisURL: c.String("redis-url"), Timeout: timeout, Logger: log,
+		CAFile: c.String("redis-ca-file"), Password: c.String("redis-password"), PasswordFile: c.String("redis-password-file"),
+	})
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ type Reply struct {
 	Error        Code            `json:"error"`
 	Message      string          `json:"message"`
 	Degraded     bool            `json:"degraded"`
+	RedisError   string          `json:"redis_error,omitempty"`
 }
 
 // Err returns the reply's error as an *Error, or nil for an ok reply.

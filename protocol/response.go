@@ -34,6 +34,8 @@ type PingReply struct {
 	Store   string // "redis" or "embedded"
 	RedisOK bool   // Redis answered the sidecar's last call or probe
 	Version string
+	// RedisError is why Redis was last found down; empty while it is up.
+	RedisError string
 }
 
 // Replies are written by hand rather than with encoding/json: the field
@@ -75,6 +77,10 @@ func AppendPing(dst, id []byte, r PingReply) []byte {
 	dst = appendBool(dst, `,"redis_ok":`, r.RedisOK)
 	dst = append(dst, `,"version":`...)
 	dst = appendString(dst, r.Version)
+	if r.RedisError != "" {
+		dst = append(dst, `,"redis_error":`...)
+		dst = appendString(dst, r.RedisError)
+	}
 	return append(dst, "}\n"...)
 }
 

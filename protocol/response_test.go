@@ -111,6 +111,12 @@ func TestAppendReplies(t *testing.T) {
 			keys: []string{"id", "ok", "store", "redis_ok", "version"},
 		},
 		{
+			name: "ping with redis down",
+			line: protocol.AppendPing(nil, nil, protocol.PingReply{Store: "redis", Version: "dev", RedisError: `not connected to redis: "x"`}),
+			want: `{"ok":true,"store":"redis","redis_ok":false,"version":"dev","redis_error":"not connected to redis: \"x\""}`,
+			keys: []string{"ok", "store", "redis_ok", "version", "redis_error"},
+		},
+		{
 			name: "error, documented example",
 			line: protocol.AppendError(nil, []byte("7"), protocol.CodeConflict, "request_id was accepted with cost 2"),
 			want: `{"id":7,"ok":false,"error":"CONFLICT","message":"request_id was accepted with cost 2"}`,

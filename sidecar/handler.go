@@ -28,9 +28,10 @@ func (s *Server) handle(ctx context.Context, req *protocol.Request, dst []byte) 
 	switch req.Op {
 	case protocol.OpPing:
 		return protocol.AppendPing(dst, req.ID, protocol.PingReply{
-			Store:   s.store.Kind(),
-			RedisOK: s.store.Up(),
-			Version: s.opts.Version,
+			Store:      s.store.Kind(),
+			RedisOK:    s.store.Up(),
+			Version:    s.opts.Version,
+			RedisError: errorText(s.store.LastError()),
 		})
 	case protocol.OpTake, protocol.OpPeek:
 		return s.decide(ctx, req, dst)
@@ -159,7 +160,7 @@ func (s *Server) appendFailure(dst []byte, req *protocol.Request, err error) []b
 	case errors.Is(err, context.DeadlineExceeded):
 		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "redis did not answer in time"+unknown)
 	case errors.Is(err, ErrNotConnected):
-		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "not connected to redis: the request was not run")
+		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, err.Error()+": the request was not run")
 	case errors.Is(err, ErrBreakerOpen):
 		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, ErrBreakerOpen.Error())
 	case isRedisReply(err):

@@ -39,6 +39,9 @@ type Store struct {
 	health atomic.Int32 // healthUnknown until the first answer or failure
 	embed  *miniredis.Miniredis
 	damper damper // when the breaker may close again
+	// lastErr is why Redis was last found down, for ping and for replies
+	// while there is no connection; nil while Redis is up.
+	lastErr atomic.Pointer[error]
 
 	timeout time.Duration
 	stop    context.CancelFunc
@@ -69,6 +72,14 @@ type StoreOptions struct {
 	ProbeInterval time.Duration
 	// Logger may be nil for no logs.
 	Logger *zap.Logger
+	// CAFile is a PEM file of the CAs that sign Redis's TLS certificate
+	// (rediss:// only); empty means the system's.
+	CAFile string
+	// Password and PasswordFile are other sources of the Redis password than
+	// the URL; at most one source may be used. The file is read once, here,
+	// and a trailing newline is dropped.
+	Password     string
+	PasswordFile string
 }
 
 // OpenStore parses the URL and starts connecting. A malformed URL is an
@@ -102,15 +113,10 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	} else {
 		s.kind = StoreRedis
 		var err error
-		copt, err = rueidis.ParseURL(opts.RedisURL)
+		copt, err = redisClientOption(opts)
 		if err != nil {
 			cancel()
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				// A *url.Error quotes the whole URL, password included.
-				return nil, fmt.Errorf("parse --redis-url %s: not a valid URL (percent-encode special characters in the password)", RedactURL(opts.RedisURL))
-			}
-			return nil, fmt.Errorf("parse --redis-url %s: %w", RedactURL(opts.RedisURL), err)
+			return nil, err
 		}
 		// Decisions are scripts, never cached reads.
 		copt.DisableCache = true
@@ -143,6 +149,11 @@ func (s *Store) ProbeInterval() time.Duration { return s.damper.every }
 func (s *Store) Client() (rueidis.Client, error) {
 	c := s.client.Load()
 	if c == nil {
+		if err := s.LastError(); err != nil {
+			// %v, not %w: the cause must not look like this call's own
+			// timeout, which would make its outcome unknown; it was not run.
+			return nil, fmt.Errorf("%w: %v", ErrNotConnected, err)
+		}
 		return nil, ErrNotConnected
 	}
 	if s.health.Load() == healthDown {
@@ -176,6 +187,7 @@ func (s *Store) setUp(up bool, err error) {
 	}
 	// Every call reports here: read first, so the steady state costs no
 	// write to a cache line all request goroutines share.
+	s.noteErr(up, err)
 	if s.health.Load() == next {
 		return
 	}
@@ -209,6 +221,7 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 			s.client.Store(&c)
 			break
 		}
+		err = describeRedisErr(err)
 		s.setUp(false, err)
 		s.log.Warn("cannot connect to redis, retrying", zap.Error(err), zap.Duration(keyBackoff, backoff))
 		select {

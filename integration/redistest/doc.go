@@ -7,5 +7,11 @@
 // skip: `make test` installs it, and a silently skipped integration suite
 // would hide regressions in the Lua scripts.
 //
-// This package must never be imported by non-test code.
+// StartCluster, StartSentinel and WithTLS start the other topologies quotad
+// supports the same way; cmd/redistopo runs one for a person (make cluster,
+// make sentinel). The kernel kills every redis-server whose starter died
+// without cleaning up (Linux).
+//
+// This package must never be imported by non-test code other than
+// cmd/redistopo.
 package redistest

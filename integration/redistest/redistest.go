@@ -35,7 +35,11 @@ const (
 type Option func(*config)
 
 type config struct {
-	args []string
+	args     []string
+	tls      *Certs
+	conf     string // a config file, the first argument (sentinels need one)
+	sentinel bool
+	cluster  bool
 }
 
 // WithArgs appends redis-server command-line arguments, for example
@@ -50,6 +54,12 @@ type Server struct {
 	dir     string
 	logPath string
 	extra   []string
+	tls     *Certs
+	conf    string
+	sentin  bool
+	tlsPort int // 0 unless started WithTLS; fixed once Start returns
+	cluster bool
+	busPort int // the cluster bus's port; 0 unless cluster
 
 	mu     sync.Mutex
 	port   int
@@ -82,6 +92,10 @@ func Start(t testing.TB, opts ...Option) *Server {
 		dir:     t.TempDir(),
 		logPath: filepath.Join(t.TempDir(), "redis.log"),
 		extra:   cfg.args,
+		tls:     cfg.tls,
+		conf:    cfg.conf,
+		sentin:  cfg.sentinel,
+		cluster: cfg.cluster,
 	}
 	t.Cleanup(func() {
 		s.closeShared()
@@ -95,9 +109,23 @@ func Start(t testing.TB, opts ...Option) *Server {
 		if err != nil {
 			t.Fatalf("pick a free port: %v", err)
 		}
+		tlsPort := 0
+		if s.tls != nil {
+			if tlsPort, err = freePort(); err != nil {
+				t.Fatalf("pick a free port: %v", err)
+			}
+		}
+		busPort := 0
+		if s.cluster {
+			// Not port+10000, Redis's default: that can exceed 65535.
+			if busPort, err = freePort(); err != nil {
+				t.Fatalf("pick a free port: %v", err)
+			}
+		}
 		s.mu.Lock()
 		s.port = port
 		s.mu.Unlock()
+		s.tlsPort, s.busPort = tlsPort, busPort
 		err = s.start()
 		if err == nil {
 			return s
@@ -220,7 +248,16 @@ func (s *Server) start() error {
 		"--appendonly", "no",
 		"--protected-mode", "no",
 	}, s.extra...)
+	args = append(args, s.tlsArgs()...)
+	args = append(args, s.clusterArgs()...)
+	if s.conf != "" {
+		args = append([]string{s.conf}, args...)
+	}
+	if s.sentin {
+		args = append(args, "--sentinel")
+	}
 	cmd := exec.Command(s.bin, args...)
+	cmd.SysProcAttr = procAttr()
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	if err := cmd.Start(); err != nil {

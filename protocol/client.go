@@ -29,6 +29,8 @@ type Reply struct {
 	Version      string          `json:"version"`
 	Error        Code            `json:"error"`
 	Message      string          `json:"message"`
+	LeaseMS      int64           `json:"lease_ms"`
+	Released     bool            `json:"released"`
 }
 
 // Err returns the reply's error as an *Error, or nil for an ok reply.

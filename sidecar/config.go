@@ -33,6 +33,13 @@ type Policy struct {
 	Limit         int64
 	WindowMS      int64
 	MaxRequestIDs int64
+	// Fields of the other algorithms (config_algorithms.go); Limit is also
+	// the concurrency limit.
+	Rate     int64
+	PeriodMS int64
+	Burst    int64
+	DedupeMS int64
+	LeaseMS  int64
 }
 
 // Config is a parsed and validated policy file. It is immutable once built;
@@ -63,6 +70,11 @@ type filePolicy struct {
 	Limit         yaml.Node `yaml:"limit"`
 	Window        string    `yaml:"window"`
 	MaxRequestIDs yaml.Node `yaml:"max_request_ids"`
+	Rate          yaml.Node `yaml:"rate"`
+	Period        string    `yaml:"period"`
+	Burst         yaml.Node `yaml:"burst"`
+	Dedupe        string    `yaml:"dedupe"`
+	Lease         string    `yaml:"lease"`
 }
 
 // intField decodes a YAML integer, refusing floats and strings.
@@ -120,8 +132,17 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 	if p.Algorithm == "" {
 		p.Algorithm = AlgorithmFixedWindow
 	}
-	if p.Algorithm != AlgorithmFixedWindow {
-		return nil, fail("algorithm", "unknown algorithm "+quote(p.Algorithm)+" (supported: fixed_window)")
+	if err := foreignFields(p.Algorithm, fp, fail); err != nil {
+		return nil, err
+	}
+	switch p.Algorithm {
+	case AlgorithmFixedWindow:
+	case AlgorithmTokenBucket:
+		return buildTokenBucket(p, fp, fail)
+	case AlgorithmConcurrency:
+		return buildConcurrency(p, fp, fail)
+	default:
+		return nil, fail("algorithm", "unknown algorithm "+quote(p.Algorithm)+" (supported: fixed_window, token_bucket, concurrency)")
 	}
 	if fp.Limit.IsZero() {
 		return nil, fail("limit", "is required")

@@ -86,8 +86,9 @@ const (
 	fieldLeaseMS
 )
 
-// HasInline reports whether the request gave inline limits.
-func (r *Request) HasInline() bool { return r.fields&(fieldLimit|fieldWindowMS) != 0 }
+// HasInline reports whether the request gave inline limits, of any
+// algorithm.
+func (r *Request) HasInline() bool { return r.fields&(fieldLimit|fieldWindowMS|algorithmFields) != 0 }
 
 // Decode parses one line into r, reusing r's ID buffer. It checks JSON
 // syntax, field types, integer ranges and the addressing rules of each op;

@@ -199,3 +199,42 @@ func TestReadmeAlgorithmExamples(t *testing.T) {
 	}
 	assertKeysHaveTTL(t, r, sc.prefix)
 }
+
+// TestCLIAlgorithms: the binary is its own client for every algorithm, and
+// `quotad release` frees a lease.
+func TestCLIAlgorithms(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	sc := startSidecar(t, r.URL())
+	run := func(args ...string) reply {
+		t.Helper()
+		stdout, stderr, code := sc.cli(t, args[0], args[1:]...)
+		if code != 0 {
+			t.Fatalf("quotad %v: exit %d, stderr %q", args, code, stderr)
+		}
+		return mustParse(t, stdout)
+	}
+	bucket := []string{"--algorithm", "token_bucket", "--rate", "1", "--period-ms", "60000", "--burst", "2"}
+	rep := run(append(append([]string{"take"}, bucket...), "--cost", "2", "alice")...)
+	if !rep.flag(t, "allowed") || rep.num(t, "remaining") != 0 || rep.num(t, "limit") != 2 {
+		t.Fatalf("token bucket take = %s", rep)
+	}
+	if rep := run(append(append([]string{"peek"}, bucket...), "alice")...); rep.num(t, "remaining") != 0 {
+		t.Fatalf("token bucket peek = %s", rep)
+	}
+	jobs := []string{"--algorithm", "concurrency", "--limit", "1", "--lease-ms", "60000"}
+	if rep := run(append(append([]string{"take"}, jobs...), "-r", "job-1", "alice")...); !rep.flag(t, "allowed") || rep.num(t, "lease_ms") != 60000 {
+		t.Fatalf("lease = %s", rep)
+	}
+	stdout, _, code := sc.cli(t, "take", append(jobs, "-r", "job-2", "--exit-code", "alice")...)
+	if code != 2 {
+		t.Fatalf("second lease with --exit-code: exit %d (%s), want 2: denied", code, stdout)
+	}
+	if rep := run(append(append([]string{"release"}, jobs...), "-r", "job-1", "alice")...); !rep.flag(t, "released") {
+		t.Fatalf("release = %s", rep)
+	}
+	if rep := run(append(append([]string{"release"}, jobs...), "-r", "job-1", "alice")...); rep.flag(t, "released") {
+		t.Fatalf("second release = %s, want released false", rep)
+	}
+	assertKeysHaveTTL(t, r, sc.prefix)
+}

@@ -16,7 +16,7 @@ import (
 // line. A script that does not compile never ran, so the call is repeated
 // with the line left out, by plain EVALSHA (miniredis refuses TIME inside
 // EVALSHA_RO): one wasted in-process round trip on the embedded store, none
-// on Redis.
+// on Redis 7. Redis 6, which predates the flags line, takes the same path.
 type readOnlyScript struct {
 	flagged *rueidis.Lua
 	plain   *rueidis.Lua

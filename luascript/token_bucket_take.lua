@@ -162,7 +162,7 @@ if pttl ~= -2 then
   end
 end
 
--- A bucket full from now on; a key holding nothing newer is no bucket.
+-- A TAT in the past is a full bucket: tokens beyond the burst never accrue.
 if tat < now then
   tat, rem = now, 0
 end

@@ -130,10 +130,10 @@ func TestExpiredLeaseIsReclaimed(t *testing.T) {
 	// The long lease keeps the set alive, so the dead one is reclaimed by
 	// the script and not by the key's expiry.
 	e.acquire(lease(k, 2, minute, "long"))
-	e.acquire(lease(k, 2, 200, "dead"))
-	r := e.acquire(lease(k, 2, 200, "next"))
-	if r.Allowed || r.RetryAfterMS <= 0 || r.RetryAfterMS > 200 {
-		t.Fatalf("take while both leases are live = %+v, want denied, retry within 200 ms", r)
+	e.acquire(lease(k, 2, 1000, "dead"))
+	r := e.acquire(lease(k, 2, 1000, "next"))
+	if r.Allowed || r.RetryAfterMS <= 0 || r.RetryAfterMS > 1000 {
+		t.Fatalf("take while both leases are live = %+v, want denied, retry within 1000 ms", r)
 	}
 	time.Sleep(time.Duration(r.RetryAfterMS+50) * time.Millisecond)
 	if p := e.leasePeek(k, 2, 200); p.Used != 1 {
@@ -157,13 +157,13 @@ func TestLeaseSetTTLFollowsLongestLease(t *testing.T) {
 	e := setup(t)
 	k := e.ccKey("u")
 	e.acquire(lease(k, 3, minute, "long"))
-	e.acquire(lease(k, 3, 1000, "short"))
+	e.acquire(lease(k, 3, 3000, "short"))
 	if p := e.pttl(k); p <= minute-5000 || p > minute {
 		t.Fatalf("PTTL = %d, want the long lease's", p)
 	}
 	e.release(k, "long")
-	if p := e.pttl(k); p <= 0 || p > 1000 {
-		t.Fatalf("PTTL after releasing the long lease = %d, want at most the short one's 1000", p)
+	if p := e.pttl(k); p <= 0 || p > 3000 {
+		t.Fatalf("PTTL after releasing the long lease = %d, want at most the short one's 3000", p)
 	}
 	e.waitGone(k)
 }

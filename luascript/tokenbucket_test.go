@@ -107,20 +107,21 @@ func TestTokenBucketBurstThenDeny(t *testing.T) {
 func TestTokenBucketRefillsAtRate(t *testing.T) {
 	e := setup(t)
 	k := e.tbKey("u")
-	// 10 tokens per second: one every 100 ms.
-	if r := e.tbTake(tb(k, 10, 2, 2, "")); !r.Allowed || r.Remaining != 0 || r.ResetMS != 200 {
-		t.Fatalf("take of the whole burst = %+v, want allowed, full again in 200 ms", r)
+	// One token a second; the second take fails only if the machine stalls
+	// for a second between the two.
+	if r := e.tbTake(tb(k, 1, 2, 2, "")); !r.Allowed || r.Remaining != 0 || r.ResetMS != 2000 {
+		t.Fatalf("take of the whole burst = %+v, want allowed, full again in 2000 ms", r)
 	}
-	r := e.tbTake(tb(k, 10, 2, 1, ""))
-	if r.Allowed || r.RetryAfterMS < 1 || r.RetryAfterMS > 100 {
-		t.Fatalf("take from an empty bucket = %+v, want denied, retry within 100 ms", r)
+	r := e.tbTake(tb(k, 1, 2, 1, ""))
+	if r.Allowed || r.RetryAfterMS < 1 || r.RetryAfterMS > 1000 {
+		t.Fatalf("take from an empty bucket = %+v, want denied, retry within 1000 ms", r)
 	}
 	time.Sleep(time.Duration(r.RetryAfterMS) * time.Millisecond)
-	if r := e.tbTake(tb(k, 10, 2, 1, "")); !r.Allowed {
+	if r := e.tbTake(tb(k, 1, 2, 1, "")); !r.Allowed {
 		t.Fatalf("take after retry_after_ms = %+v, want allowed", r)
 	}
 	e.waitGone(k) // the key ends when the bucket is full again
-	if p := e.tbPeek(tb(k, 10, 2, 1, "")); p.Remaining != 2 {
+	if p := e.tbPeek(tb(k, 1, 2, 1, "")); p.Remaining != 2 {
 		t.Fatalf("peek after the key expired = %+v, want a full bucket", p)
 	}
 }
@@ -131,7 +132,9 @@ func TestTokenBucketRefillsAtRate(t *testing.T) {
 func TestTokenBucketAccuracyUnderOverload(t *testing.T) {
 	e := setup(t)
 	k := e.tbKey("u")
-	const rate, burst = 20, 10 // a token every 50 ms
+	// A token every 50 ms; the bucket fills from empty in 2 s, so only a
+	// stall of every caller for 2 s could lose tokens.
+	const rate, burst = 20, 40
 	// Empty the bucket: from here on, tokens accrue from zero, and under
 	// overload the bucket is never full, so none is lost.
 	if r := e.tbTake(tb(k, rate, burst, burst, "")); !r.Allowed {
@@ -246,27 +249,29 @@ func TestTokenBucketDedupeHorizon(t *testing.T) {
 	e := setup(t)
 	k := e.tbKey("u")
 	a := tb(k, 1000, 1000, 1, "a")
-	a.DedupeMS = 200
+	a.DedupeMS = 1000
 	e.tbTake(a)
 	if r := e.tbTake(a); !r.Replay {
 		t.Fatalf("retry within the horizon = %+v, want a replay", r)
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(1200 * time.Millisecond)
 	if r := e.tbTake(a); !r.Allowed || r.Replay {
 		t.Fatalf("retry after the horizon = %+v, want a new acceptance", r)
 	}
 }
 
-// Continuous traffic with fresh request ids keeps the key alive forever; the
-// records must still stay bounded. With a cap of 40 records and a horizon of
-// 20 ms, takes paced about 2 ms apart would hit REQUEST_IDS_FULL after 40
-// takes if records were never pruned.
+// Continuous traffic with fresh request ids keeps the key alive; the records
+// must still stay bounded. The bucket refills slowly (1000 tokens an hour),
+// so each take keeps the key alive for seconds more, while each record lives
+// 20 ms. With a cap of 40 records, takes at least 2 ms apart would hit
+// REQUEST_IDS_FULL after 40 takes if records were never pruned.
 func TestTokenBucketPrunesRecordsUnderContinuousTraffic(t *testing.T) {
 	e := setup(t)
 	k := e.tbKey("u")
 	maxLen := 0
 	for i := range 300 {
-		a := tb(k, 1_000_000, 1_000_000, 1, "id-"+strconv.Itoa(i))
+		a := tb(k, 1000, 1000, 1, "id-"+strconv.Itoa(i))
+		a.PeriodMS = 3_600_000
 		a.DedupeMS, a.MaxRequestIDs = 20, 40
 		if r := e.tbTake(a); !r.Allowed {
 			t.Fatalf("take %d = %+v", i, r)

@@ -58,6 +58,18 @@ func TestAlgorithmsOnMiniredis(t *testing.T) {
 		t.Fatalf("token bucket peek = %+v, want 1 left", p)
 	}
 
+	// Large integers survive gopher-lua's formatting and arithmetic too.
+	big := luascript.TokenBucketArgs{
+		Key: e.tbKey("big"), TokenBucket: luascript.TokenBucket{Rate: 999_999_937, PeriodMS: 1000, Burst: 999_999_937},
+		Cost: 999_999_936, DedupeMS: 60_000, MaxRequestIDs: 1, RequestID: "big",
+	}
+	if r := e.tbTake(big); !r.Allowed || r.Remaining != 1 || r.ResetMS != 1000 {
+		t.Fatalf("take from a bucket of a prime rate = %+v, want 1 left, full in 1000 ms", r)
+	}
+	if r := e.tbTake(big); !r.Replay || r.Remaining != 1 {
+		t.Fatalf("its replay = %+v", r)
+	}
+
 	k := e.ccKey("u")
 	if r := e.acquire(lease(k, 1, minute, "a")); !r.Allowed || r.Used != 1 {
 		t.Fatalf("lease = %+v", r)

@@ -385,3 +385,35 @@ func TestTokenBucketInvalidArguments(t *testing.T) {
 		t.Fatal("an invalid take created a key")
 	}
 }
+
+// The TAT is kept exactly (whole µs plus a remainder in 1/rate µs): a token
+// of 1000/7 ms is not rounded, so 7 of them last exactly one second, and so
+// do a billion tokens of a bucket refilled a billion per second. Rounding
+// each token up to a whole µs would report 1001 ms, and to a whole ms far
+// more.
+func TestTokenBucketExactArithmetic(t *testing.T) {
+	e := setup(t)
+	for i, tc := range []struct {
+		rate, periodMS, burst, cost, reset int64
+	}{
+		{7, 1000, 7, 7, 1000},
+		{7, 1000, 7, 1, 143}, // 142.857 ms, rounded up
+		{3, 1000, 3, 3, 1000},
+		{999_999_937, 1000, 999_999_937, 999_999_937, 1000}, // a prime rate
+		{1_000_000_000, luascript.MaxWindowMS, 1_000_000_000, 1_000_000_000, luascript.MaxWindowMS},
+		{1, luascript.MaxWindowMS, 1, 1, luascript.MaxWindowMS},
+	} {
+		k := e.tbKey("exact-" + strconv.Itoa(i))
+		a := luascript.TokenBucketArgs{
+			Key: k, TokenBucket: luascript.TokenBucket{Rate: tc.rate, PeriodMS: tc.periodMS, Burst: tc.burst},
+			Cost: tc.cost, DedupeMS: 1, MaxRequestIDs: 1,
+		}
+		r := e.tbTake(a)
+		if !r.Allowed || r.ResetMS != tc.reset || r.Remaining != tc.burst-tc.cost {
+			t.Errorf("%+v: take = %+v, want allowed, reset_ms %d, %d left", tc, r, tc.reset, tc.burst-tc.cost)
+		}
+		if p := e.pttl(k); p <= tc.reset-1000 || p > tc.reset {
+			t.Errorf("%+v: PTTL = %d, want the time until full, %d", tc, p, tc.reset)
+		}
+	}
+}

@@ -81,6 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			serveCommand(),
 			requestCommand("take", "take quota and print the JSON reply"),
 			requestCommand("peek", "show a window's usage without consuming"),
+			requestCommand("release", "free a concurrency lease (named by --request-id)"),
 			pingCommand(),
 			{
 				Name:  "version",
@@ -257,6 +258,14 @@ func requestFlags(op string) []cli.Flag {
 		&cli.Int64Flag{Name: "window-ms", Usage: "inline window in milliseconds (with --limit)"},
 		&cli.Int64Flag{Name: "timeout-ms", Usage: "shorten the sidecar's Redis deadline for this request"},
 		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up waiting for the sidecar after this long"},
+		&cli.StringFlag{Name: "algorithm", Usage: "inline algorithm: fixed_window (default), token_bucket, concurrency"},
+		&cli.Int64Flag{Name: "rate", Usage: "inline token bucket: tokens per --period-ms"},
+		&cli.Int64Flag{Name: "period-ms", Usage: "inline token bucket: period of --rate in milliseconds"},
+		&cli.Int64Flag{Name: "burst", Usage: "inline token bucket: tokens it holds (default --rate)"},
+		&cli.Int64Flag{Name: "lease-ms", Usage: "inline concurrency: a lease's life in milliseconds"},
+	}
+	if op == "release" {
+		flags = append(flags, &cli.StringFlag{Name: "request-id", Aliases: []string{"r"}, Usage: "the lease to free"})
 	}
 	if op == "take" {
 		flags = append(flags,
@@ -295,7 +304,10 @@ func requestCommand(op, usage string) *cli.Command {
 			if p := c.String("policy"); p != "" {
 				req["policy"] = p
 			}
-			for _, f := range []string{"limit", "window-ms", "timeout-ms", "cost"} {
+			if a := c.String("algorithm"); a != "" {
+				req["algorithm"] = a
+			}
+			for _, f := range []string{"limit", "window-ms", "timeout-ms", "cost", "rate", "period-ms", "burst", "lease-ms"} {
 				if c.IsSet(f) {
 					req[strings.ReplaceAll(f, "-", "_")] = c.Int64(f)
 				}

@@ -132,6 +132,19 @@ func TestACLUserFromREADME(t *testing.T) {
 	redisOK(t, r, "SCRIPT", "FLUSH")
 	wantTake(t, c.call(takeReq("bob", 1, 60000)), true, false, 1, 1)
 	wantPeek(t, c.call(peekReq("bob", 1, 60000)), 1, 1)
+	// Every algorithm's scripts, take, peek and release, as this user.
+	for _, line := range []string{
+		`{"op":"take","subject":"carol","algorithm":"token_bucket","rate":5,"period_ms":1000,"request_id":"t-1"}`,
+		`{"op":"take","subject":"carol","algorithm":"token_bucket","rate":5,"period_ms":1000,"request_id":"t-1"}`,
+		`{"op":"peek","subject":"carol","algorithm":"token_bucket","rate":5,"period_ms":1000}`,
+		`{"op":"take","subject":"dave","algorithm":"concurrency","limit":2,"lease_ms":30000,"request_id":"l-1"}`,
+		`{"op":"peek","subject":"dave","algorithm":"concurrency","limit":2,"lease_ms":30000}`,
+		`{"op":"release","subject":"dave","algorithm":"concurrency","limit":2,"lease_ms":30000,"request_id":"l-1"}`,
+	} {
+		if got := c.do(line); !got.ok() {
+			t.Errorf("%s as the ACL user: %v", line, got)
+		}
+	}
 	if stdout, _, code := p.cli(t, "ping"); code != 0 || !mustParse(t, stdout).flag(t, "redis_ok") {
 		t.Errorf("ping as the ACL user: %s", stdout)
 	}

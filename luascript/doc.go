@@ -27,6 +27,40 @@
 // that take's outcome, and TakeResult.Healed reports it; without that its
 // quota would never come back.
 //
+// # Token bucket (GCRA)
+//
+// A bucket is a Redis hash at TokenBucketKey:
+//
+//	tat           theoretical arrival time, whole µs of Redis's clock (TIME)
+//	rem           the TAT's fraction, in 1/rate of a µs, so nothing is rounded
+//	policy        "<rate>:<period_ms>:<burst>" it was last written under
+//	ids           number of r:* records
+//	qh, qt        head and tail of the queue of records, in order of expiry
+//	q:<n>         "<id>:<expiry ms>", one per recorded acceptance
+//	r:<id>        "<cost>:<remaining right after acceptance>:<expiry ms>"
+//
+// A token lasts period/rate; the bucket is full when tat <= now. A take of
+// cost is accepted iff tat + cost*period/rate - burst*period/rate <= now,
+// and then tat moves on by cost*period/rate. An accepted request id is a
+// replay for its dedupe horizon; every accepted take forgets up to three
+// records past their horizon, so the records stay bounded under continuous
+// traffic. The key lives until the bucket is full again or its newest record
+// expires, whichever is later.
+//
+// # Concurrency leases
+//
+// A lease set is a Redis hash at ConcurrencyKey:
+//
+//	policy        "<limit>:<lease_ms>" it was last written under
+//	l:<id>        expiry of the lease named id, ms of Redis's clock
+//
+// A take acquires or renews (a heartbeat) the lease named by its request id;
+// a release deletes it. Every take and release reclaims expired leases, so a
+// holder that died blocks the subject for at most lease_ms. The key lives
+// exactly as long as its last lease, and is deleted when none is left.
+//
+// Peek scripts start with "#!lua flags=no-writes" (see scripts.go).
+//
 // # What this package must never do
 //
 // It never retries a take: after a lost reply only the caller knows whether

@@ -57,8 +57,9 @@ func (e *Error) Is(target error) bool {
 const healedMark = " TTL_RESTORED"
 
 // notWindow starts the message of the scripts' own WRONGTYPE replies, telling
-// them apart from a WRONGTYPE raised by Redis itself.
-const notWindow = "key is not a quotad window"
+// them apart from a WRONGTYPE raised by Redis itself: "key is not a quotad
+// window", "... token bucket", "... lease set".
+const notWindow = "key is not a quotad "
 
 // replyError turns an error reply from one of the scripts into an *Error.
 // Anything else (network, context, NOSCRIPT, OOM, Redis's own WRONGTYPE) is

@@ -1,4 +1,6 @@
+#!lua flags=no-writes
 -- Reads one fixed window without writing anything, not even a missing TTL.
+-- The flags line lets Redis run it on a replica; see scripts.go.
 --
 -- KEYS[1]  window hash
 -- ARGV[1]  limit          canonical decimal, 1..1000000000

@@ -26,8 +26,7 @@ var (
 	// applied, and only the caller's request id makes a second attempt safe.
 	// EVALSHA falls back to EVAL on NOSCRIPT, which means it did not run.
 	fixedWindowTake = rueidis.NewLuaScript(fixedWindowTakeSrc)
-	// Plain EVALSHA rather than EVALSHA_RO, which miniredis does not serve.
-	fixedWindowPeek = rueidis.NewLuaScript(fixedWindowPeekSrc)
+	fixedWindowPeek = newReadOnlyScript(fixedWindowPeekSrc)
 )
 
 // TakeArgs is one quota decision. The caller validates; the bounds are

@@ -4,6 +4,8 @@ package luascript
 //
 //	<prefix>fw:{p:<policy>:<subject>}   window of a named policy
 //	<prefix>fw:{i:<subject>}            window of an inline limit
+//	<prefix>tb:{p:<policy>:<subject>}   token bucket, likewise
+//	<prefix>cc:{p:<policy>:<subject>}   concurrency leases, likewise
 //
 // The p:/i: marker keeps named and inline windows apart. Policy names are
 // [A-Za-z0-9_.-]{1,64} with no colon, so the first colon after "p:" ends the
@@ -20,4 +22,24 @@ func FixedWindowKey(prefix, policy, subject string) string {
 		return prefix + "fw:{i:" + subject + "}"
 	}
 	return prefix + "fw:{p:" + policy + ":" + subject + "}"
+}
+
+// TokenBucketKey is the key of the token bucket that (policy, subject) takes
+// from, laid out as FixedWindowKey. Each algorithm has its own prefix, so a
+// policy whose algorithm changes starts on fresh keys and never reads
+// another algorithm's state.
+func TokenBucketKey(prefix, policy, subject string) string {
+	if policy == "" {
+		return prefix + "tb:{i:" + subject + "}"
+	}
+	return prefix + "tb:{p:" + policy + ":" + subject + "}"
+}
+
+// ConcurrencyKey is the key of the lease set of (policy, subject), laid out
+// as FixedWindowKey.
+func ConcurrencyKey(prefix, policy, subject string) string {
+	if policy == "" {
+		return prefix + "cc:{i:" + subject + "}"
+	}
+	return prefix + "cc:{p:" + policy + ":" + subject + "}"
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -125,4 +126,13 @@ func sameHash(t *testing.T, what string, got, want map[string]string) {
 			t.Fatalf("%s: hash = %v, want %v", what, got, want)
 		}
 	}
+}
+
+func mustRead(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

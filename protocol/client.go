@@ -31,6 +31,8 @@ type Reply struct {
 	Message      string          `json:"message"`
 	Degraded     bool            `json:"degraded"`
 	RedisError   string          `json:"redis_error,omitempty"`
+	LeaseMS      int64           `json:"lease_ms"`
+	Released     bool            `json:"released"`
 }
 
 // Err returns the reply's error as an *Error, or nil for an ok reply.

@@ -119,7 +119,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		switch r.Op {
 		case protocol.OpPing:
-		case protocol.OpTake, protocol.OpPeek:
+		case protocol.OpTake, protocol.OpPeek, protocol.OpRelease:
 			checkAddressing(t, line, &r)
 		default:
 			t.Fatalf("Decode accepted %q with op %v", line, r.Op)
@@ -181,8 +181,11 @@ func checkAddressing(t *testing.T, line []byte, r *protocol.Request) {
 	if r.Policy != "" && !protocol.ValidPolicyName(r.Policy) {
 		t.Fatalf("Decode(%q) accepted policy %q", line, r.Policy)
 	}
-	if r.HasInline() && (r.Limit < 1 || r.Limit > protocol.MaxLimit || r.WindowMS < 1 || r.WindowMS > protocol.MaxWindowMS) {
-		t.Fatalf("Decode(%q) accepted limit %d window_ms %d", line, r.Limit, r.WindowMS)
+	if r.HasInline() {
+		checkInline(t, line, r)
+	}
+	if r.Op == protocol.OpRelease && r.RequestID == "" {
+		t.Fatalf("Decode(%q) accepted a release without request_id", line)
 	}
 	if r.Cost < 1 || r.Cost > protocol.MaxLimit || r.TimeoutMS < 0 || r.TimeoutMS > protocol.MaxTimeoutMS {
 		t.Fatalf("Decode(%q) accepted cost %d timeout_ms %d", line, r.Cost, r.TimeoutMS)
@@ -194,6 +197,28 @@ func checkAddressing(t *testing.T, line []byte, r *protocol.Request) {
 	}
 	if len(r.RequestID) > protocol.MaxRequestIDBytes {
 		t.Fatalf("Decode(%q) accepted request_id %q", line, r.RequestID)
+	}
+}
+
+// checkInline: the inline limits Decode accepted are those of one algorithm,
+// in range.
+func checkInline(t *testing.T, line []byte, r *protocol.Request) {
+	t.Helper()
+	switch r.InlineAlgorithm() {
+	case protocol.AlgorithmFixedWindow:
+		if r.Limit < 1 || r.Limit > protocol.MaxLimit || r.WindowMS < 1 || r.WindowMS > protocol.MaxWindowMS {
+			t.Fatalf("Decode(%q) accepted limit %d window_ms %d", line, r.Limit, r.WindowMS)
+		}
+	case protocol.AlgorithmTokenBucket:
+		if protocol.ValidTokenBucket(r.Rate, r.PeriodMS, r.Burst) != nil || r.Limit != 0 || r.WindowMS != 0 || r.LeaseMS != 0 {
+			t.Fatalf("Decode(%q) accepted a token bucket %+v", line, r)
+		}
+	case protocol.AlgorithmConcurrency:
+		if r.Limit < 1 || r.Limit > protocol.MaxLeases || r.LeaseMS < 1 || r.LeaseMS > protocol.MaxWindowMS || r.WindowMS != 0 || r.Rate != 0 {
+			t.Fatalf("Decode(%q) accepted a concurrency limit %+v", line, r)
+		}
+	default:
+		t.Fatalf("Decode(%q) accepted algorithm %q", line, r.Algorithm)
 	}
 }
 

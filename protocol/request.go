@@ -14,6 +14,7 @@ const (
 	OpTake
 	OpPeek
 	OpPing
+	OpRelease
 )
 
 func (o Op) String() string {
@@ -24,6 +25,8 @@ func (o Op) String() string {
 		return "peek"
 	case OpPing:
 		return "ping"
+	case OpRelease:
+		return "release"
 	}
 	return "unknown"
 }
@@ -55,6 +58,13 @@ type Request struct {
 	RequestID string
 	TimeoutMS int64
 	fields    field
+	// Inline limits of the other algorithms (algorithm.go). Algorithm is ""
+	// when absent, which means fixed_window; Burst is Rate when absent.
+	Algorithm string
+	Rate      int64
+	PeriodMS  int64
+	Burst     int64
+	LeaseMS   int64
 }
 
 type field uint16
@@ -69,10 +79,16 @@ const (
 	fieldCost
 	fieldRequestID
 	fieldTimeoutMS
+	fieldAlgorithm
+	fieldRate
+	fieldPeriodMS
+	fieldBurst
+	fieldLeaseMS
 )
 
-// HasInline reports whether the request gave inline limits.
-func (r *Request) HasInline() bool { return r.fields&(fieldLimit|fieldWindowMS) != 0 }
+// HasInline reports whether the request gave inline limits, of any
+// algorithm.
+func (r *Request) HasInline() bool { return r.fields&(fieldLimit|fieldWindowMS|algorithmFields) != 0 }
 
 // Decode parses one line into r, reusing r's ID buffer. It checks JSON
 // syntax, field types, integer ranges and the addressing rules of each op;
@@ -96,9 +112,9 @@ func (r *Request) validate() error {
 	switch r.Op {
 	case OpPing:
 		return nil
-	case OpTake, OpPeek:
+	case OpTake, OpPeek, OpRelease:
 	default:
-		return invalid("op is required: one of take, peek, ping")
+		return invalid("op is required: one of take, peek, release, ping")
 	}
 	if r.fields&fieldSubject == 0 {
 		return invalid("subject is required")
@@ -113,6 +129,10 @@ func (r *Request) validate() error {
 	}
 	hasPolicy := r.fields&fieldPolicy != 0
 	switch {
+	case r.fields&algorithmFields != 0:
+		if err := r.validateAlgorithm(hasPolicy); err != nil {
+			return err
+		}
 	case hasPolicy && r.HasInline():
 		return invalid("give either policy or limit and window_ms, not both")
 	case hasPolicy:
@@ -136,6 +156,11 @@ func (r *Request) validate() error {
 		}
 		if r.fields&fieldRequestID != 0 && !validRequestID(r.RequestID) {
 			return invalid("request_id must be 1 to 64 of A-Z a-z 0-9 _ -")
+		}
+	}
+	if r.Op == OpRelease {
+		if err := r.validateRelease(); err != nil {
+			return err
 		}
 	}
 	if r.fields&fieldTimeoutMS != 0 && (r.TimeoutMS < 1 || r.TimeoutMS > MaxTimeoutMS) {
@@ -276,6 +301,16 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		f = fieldRequestID
 	case "timeout_ms":
 		f = fieldTimeoutMS
+	case "algorithm":
+		f = fieldAlgorithm
+	case "rate":
+		f = fieldRate
+	case "period_ms":
+		f = fieldPeriodMS
+	case "burst":
+		f = fieldBurst
+	case "lease_ms":
+		f = fieldLeaseMS
 	default:
 		return d.skip(0)
 	}
@@ -328,8 +363,10 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 			r.Op = OpPeek
 		case "ping":
 			r.Op = OpPing
+		case "release":
+			r.Op = OpRelease
 		default:
-			d.fail(invalid("unknown op " + strconv.Quote(string(s)) + ": one of take, peek, ping"))
+			d.fail(invalid("unknown op " + strconv.Quote(string(s)) + ": one of take, peek, release, ping"))
 		}
 		return nil
 	case fieldSubject:
@@ -352,6 +389,18 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		return d.intValue("cost", &r.Cost)
 	case fieldTimeoutMS:
 		return d.intValue("timeout_ms", &r.TimeoutMS)
+	case fieldAlgorithm:
+		s, _, err := d.stringValue("algorithm")
+		r.Algorithm = s
+		return err
+	case fieldRate:
+		return d.intValue("rate", &r.Rate)
+	case fieldPeriodMS:
+		return d.intValue("period_ms", &r.PeriodMS)
+	case fieldBurst:
+		return d.intValue("burst", &r.Burst)
+	case fieldLeaseMS:
+		return d.intValue("lease_ms", &r.LeaseMS)
 	}
 	return nil
 }

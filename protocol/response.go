@@ -16,6 +16,7 @@ type TakeReply struct {
 	Remaining    int64
 	ResetMS      int64 // until the window ends, from Redis's PTTL
 	RetryAfterMS int64 // 0 when allowed
+	LeaseMS      int64 // a granted concurrency lease's life; 0 omits the field
 	// Degraded: Redis could not decide and the policy's on_unavailable
 	// answered instead. Written only when true.
 	Degraded bool
@@ -53,6 +54,9 @@ func AppendTake(dst, id []byte, r TakeReply) []byte {
 	dst = appendInt(dst, `,"remaining":`, r.Remaining)
 	dst = appendInt(dst, `,"reset_ms":`, r.ResetMS)
 	dst = appendInt(dst, `,"retry_after_ms":`, r.RetryAfterMS)
+	if r.LeaseMS > 0 {
+		dst = appendInt(dst, `,"lease_ms":`, r.LeaseMS)
+	}
 	if r.Degraded {
 		dst = append(dst, `,"degraded":true`...)
 	}

@@ -37,6 +37,13 @@ type Policy struct {
 	// OnUnavailableError (the default), OnUnavailableAllow or
 	// OnUnavailableDeny.
 	OnUnavailable string
+	// Fields of the other algorithms (config_algorithms.go); Limit is also
+	// the concurrency limit.
+	Rate     int64
+	PeriodMS int64
+	Burst    int64
+	DedupeMS int64
+	LeaseMS  int64
 }
 
 // Config is a parsed and validated policy file. It is immutable once built;
@@ -68,6 +75,11 @@ type filePolicy struct {
 	Window        string    `yaml:"window"`
 	MaxRequestIDs yaml.Node `yaml:"max_request_ids"`
 	OnUnavailable yaml.Node `yaml:"on_unavailable"`
+	Rate          yaml.Node `yaml:"rate"`
+	Period        string    `yaml:"period"`
+	Burst         yaml.Node `yaml:"burst"`
+	Dedupe        string    `yaml:"dedupe"`
+	Lease         string    `yaml:"lease"`
 }
 
 // intField decodes a YAML integer, refusing floats and strings.
@@ -125,8 +137,22 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 	if p.Algorithm == "" {
 		p.Algorithm = AlgorithmFixedWindow
 	}
-	if p.Algorithm != AlgorithmFixedWindow {
-		return nil, fail("algorithm", "unknown algorithm "+quote(p.Algorithm)+" (supported: fixed_window)")
+	if err := foreignFields(p.Algorithm, fp, fail); err != nil {
+		return nil, err
+	}
+	onUnavailable, err := parseOnUnavailable(fp.OnUnavailable)
+	if err != nil {
+		return nil, fail("on_unavailable", err.Error())
+	}
+	p.OnUnavailable = onUnavailable
+	switch p.Algorithm {
+	case AlgorithmFixedWindow:
+	case AlgorithmTokenBucket:
+		return buildTokenBucket(p, fp, fail)
+	case AlgorithmConcurrency:
+		return buildConcurrency(p, fp, fail)
+	default:
+		return nil, fail("algorithm", "unknown algorithm "+quote(p.Algorithm)+" (supported: fixed_window, token_bucket, concurrency)")
 	}
 	if fp.Limit.IsZero() {
 		return nil, fail("limit", "is required")
@@ -156,9 +182,6 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 			return nil, fail("max_request_ids", "must be an integer from 1 to 1000000, got "+quote(fp.MaxRequestIDs.Value))
 		}
 		p.MaxRequestIDs = n
-	}
-	if p.OnUnavailable, err = parseOnUnavailable(fp.OnUnavailable); err != nil {
-		return nil, fail("on_unavailable", err.Error())
 	}
 	return p, nil
 }

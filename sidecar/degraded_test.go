@@ -58,6 +58,16 @@ policies:
   plain:
     limit: 5
     window: 1m
+  bucket_open:
+    algorithm: token_bucket
+    rate: 5
+    period: 1s
+    on_unavailable: allow
+  leases_closed:
+    algorithm: concurrency
+    limit: 5
+    lease: 30s
+    on_unavailable: deny
 `
 
 // checkDegraded checks a take answered by on_unavailable: ok, the mode's
@@ -114,6 +124,8 @@ func TestOnUnavailableAnswersDegradedTakes(t *testing.T) {
 		o.start()
 		checkDegraded(t, o.name+", allow", c.callRaw(`{"op":"take","id":1,"subject":"s","policy":"open","request_id":"x"}`), true)
 		checkDegraded(t, o.name+", deny", c.callRaw(`{"op":"take","id":2,"subject":"s","policy":"closed","cost":2}`), false)
+		checkDegraded(t, o.name+", token bucket, allow", c.callRaw(`{"op":"take","id":4,"subject":"s","policy":"bucket_open"}`), true)
+		checkDegraded(t, o.name+", concurrency, deny", c.callRaw(`{"op":"take","id":5,"subject":"s","policy":"leases_closed","request_id":"l1"}`), false)
 		checkCode(t, o.name+", error", c.call(`{"op":"take","subject":"s","policy":"plain"}`), protocol.CodeUnavailable)
 		checkCode(t, o.name+", inline", c.call(inlineTake("3", "s", 5, "")), protocol.CodeUnavailable)
 		// A peek reports usage; there is none to make up.

@@ -147,18 +147,23 @@ func TestSlowRedisAnswersOutcomeUnknownAndARetryConsumesOnce(t *testing.T) {
 	}
 }
 
-// evalCalls is how many EVAL commands Redis has run: each is a fallback
-// after NOSCRIPT, since the scripts are sent as EVALSHA first.
+// evalCalls is how many EVAL and EVAL_RO commands Redis has run: each is a
+// fallback after NOSCRIPT, since the scripts are sent by their SHA first.
 func evalCalls(t *testing.T, r *redistest.Server) int64 {
 	t.Helper()
 	info := redisString(t, r, "INFO", "commandstats")
-	_, rest, found := strings.Cut(info, "cmdstat_eval:calls=")
-	if !found {
-		return 0
-	}
-	n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
+	var n int64
+	// Peeks are read-only scripts, sent as EVALSHA_RO and resent as EVAL_RO.
+	for _, cmd := range []string{"cmdstat_eval:calls=", "cmdstat_eval_ro:calls="} {
+		_, rest, found := strings.Cut(info, cmd)
+		if !found {
+			continue
+		}
+		calls, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+		if err != nil {
+			t.Fatalf("INFO commandstats: %v", err)
+		}
+		n += calls
 	}
 	return n
 }

@@ -21,6 +21,12 @@ type limits struct {
 	limit    int64
 	windowMS int64
 	maxIDs   int64
+	// The other algorithms' shape, set by setPolicy and setInline
+	// (algorithms.go); algorithm is "" for the fixed window.
+	algorithm string
+	bucket    luascript.TokenBucket
+	dedupeMS  int64
+	leaseMS   int64
 }
 
 // handle runs one decoded request and appends its reply line to dst.
@@ -33,7 +39,7 @@ func (s *Server) handle(ctx context.Context, req *protocol.Request, dst []byte) 
 			Version:    s.opts.Version,
 			RedisError: errorText(s.store.LastError()),
 		})
-	case protocol.OpTake, protocol.OpPeek:
+	case protocol.OpTake, protocol.OpPeek, protocol.OpRelease:
 		return s.decide(ctx, req, dst)
 	}
 	return protocol.AppendError(dst, req.ID, protocol.CodeInternal, "unhandled op "+req.Op.String())
@@ -47,11 +53,16 @@ func (s *Server) resolve(req *protocol.Request) (limits, error) {
 			return l, &protocol.Error{Code: protocol.CodeUnknownPolicy, Message: "no policy named " + strconv.Quote(req.Policy) + " in the config"}
 		}
 		l = limits{policy: p.Name, limit: p.Limit, windowMS: p.WindowMS, maxIDs: p.MaxRequestIDs}
+		l.setPolicy(p)
 	} else {
 		if !s.opts.AllowInline {
 			return l, &protocol.Error{Code: protocol.CodeInvalid, Message: "inline limits are disabled on this sidecar: name a policy"}
 		}
 		l = limits{limit: req.Limit, windowMS: req.WindowMS, maxIDs: DefaultMaxRequestIDs}
+		l.setInline(req)
+	}
+	if err := l.check(req); err != nil {
+		return l, err
 	}
 	if req.Op == protocol.OpTake && req.Cost > l.limit {
 		return l, &protocol.Error{Code: protocol.CodeInvalid, Message: "cost " + strconv.FormatInt(req.Cost, 10) + " exceeds the limit " + strconv.FormatInt(l.limit, 10)}
@@ -76,6 +87,9 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	shortened := timeout < s.opts.RedisTimeout
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if l.algorithm != "" {
+		return s.decideAlgorithm(ctx, client, req, l, shortened, dst)
+	}
 	key := luascript.FixedWindowKey(s.opts.KeyPrefix, l.policy, req.Subject)
 	strict := l.policy == ""
 

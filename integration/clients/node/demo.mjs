@@ -62,6 +62,33 @@ async function run(q, subject) {
   show('pipeline', replies);
   expect(replies.every((r, i) => r.id === ids[i]), 'replies in request order (ids p-0..p-9)', replies);
   expect(replies.filter((r) => r.allowed).length === 3, 'exactly 3 allowed', replies);
+
+  // A token bucket: 3 tokens, one more every 20 s; no window boundary.
+  const bucket = { algorithm: 'token_bucket', rate: 1, period_ms: 20000, burst: 3 };
+  r = await q.take(`${subject}-tb`, { ...bucket, cost: 2, request_id: 'upload-1' });
+  show('take', r);
+  expect(r.allowed && r.remaining === 1, 'upload-1 allowed, 1 token left', r);
+  r = await q.take(`${subject}-tb`, { ...bucket, cost: 2, request_id: 'upload-2' });
+  show('take', r);
+  expect(!r.allowed && r.retry_after_ms > 0, 'upload-2 denied with retry_after_ms', r);
+
+  // Concurrency leases: at most 2 jobs at once; a lease is released when done.
+  const jobs = { algorithm: 'concurrency', limit: 2, lease_ms: 30000 };
+  for (const job of ['job-1', 'job-2']) {
+    r = await q.take(`${subject}-cc`, { ...jobs, request_id: job });
+    show('take', r);
+    expect(r.allowed && r.lease_ms === 30000, `${job} granted a lease`, r);
+  }
+  r = await q.take(`${subject}-cc`, { ...jobs, request_id: 'job-3' });
+  show('take', r);
+  expect(!r.allowed, 'job-3 denied while 2 leases are held', r);
+  r = await q.release(`${subject}-cc`, 'job-1', jobs);
+  show('release', r);
+  expect(r.released && r.used === 1, 'job-1 released', r);
+  r = await q.take(`${subject}-cc`, { ...jobs, request_id: 'job-3' });
+  show('take', r);
+  expect(r.allowed, 'job-3 granted after the release', r);
+  for (const job of ['job-2', 'job-3']) await q.release(`${subject}-cc`, job, jobs);
 }
 
 async function main(argv) {

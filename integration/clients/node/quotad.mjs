@@ -91,7 +91,10 @@ export class Client {
   // { policy } or inline with { limit, window_ms }; add request_id to make
   // retries safe (a retry returns the original answer with replay: true,
   // without consuming again). Other protocol fields (id, timeout_ms) pass
-  // through.
+  // through, and so do the inline forms of the other algorithms:
+  // { algorithm: 'token_bucket', rate, period_ms, burst } or
+  // { algorithm: 'concurrency', limit, lease_ms } (a concurrency take needs a
+  // request_id: it names the lease, and taking it again renews it).
   take(subject, { cost = 1, ...fields } = {}) {
     return this.request({ op: 'take', subject, cost, ...fields });
   }
@@ -102,6 +105,14 @@ export class Client {
   }
 
   // Check the sidecar and its store.
+  // Free the concurrency lease request_id of subject, addressed as for take
+  // (policy, or algorithm: 'concurrency' with limit and lease_ms). Resolves
+  // to the reply; released is false when no such lease was held, which is not
+  // an error, so a release is safe to retry.
+  release(subject, request_id, fields = {}) {
+    return this.request({ op: 'release', subject, request_id, ...fields });
+  }
+
   ping(fields = {}) {
     return this.request({ op: 'ping', ...fields });
   }

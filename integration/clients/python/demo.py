@@ -75,6 +75,34 @@ def run(q, subject):
     expect(sum(1 for r in replies if r["allowed"]) == 3,
            "exactly 3 allowed", replies)
 
+    # A token bucket: 3 tokens, one more every 20 s; no window boundary.
+    bucket = dict(algorithm="token_bucket", rate=1, period_ms=20000, burst=3)
+    r = q.take(subject + "-tb", cost=2, request_id="upload-1", **bucket)
+    show("take", r)
+    expect(r["allowed"] and r["remaining"] == 1, "upload-1 allowed, 1 token left", r)
+    r = q.take(subject + "-tb", cost=2, request_id="upload-2", **bucket)
+    show("take", r)
+    expect(not r["allowed"] and r["retry_after_ms"] > 0,
+           "upload-2 denied with retry_after_ms", r)
+
+    # Concurrency leases: at most 2 jobs at once; a lease is released when done.
+    jobs = dict(algorithm="concurrency", limit=2, lease_ms=30000)
+    for job in ("job-1", "job-2"):
+        r = q.take(subject + "-cc", request_id=job, **jobs)
+        show("take", r)
+        expect(r["allowed"] and r["lease_ms"] == 30000, job + " granted a lease", r)
+    r = q.take(subject + "-cc", request_id="job-3", **jobs)
+    show("take", r)
+    expect(not r["allowed"], "job-3 denied while 2 leases are held", r)
+    r = q.release(subject + "-cc", "job-1", **jobs)
+    show("release", r)
+    expect(r["released"] and r["used"] == 1, "job-1 released", r)
+    r = q.take(subject + "-cc", request_id="job-3", **jobs)
+    show("take", r)
+    expect(r["allowed"], "job-3 granted after the release", r)
+    for job in ("job-2", "job-3"):
+        q.release(subject + "-cc", job, **jobs)
+
 
 def main(argv):
     if len(argv) != 3:

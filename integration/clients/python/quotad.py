@@ -134,7 +134,11 @@ class Client:
         Address the quota either by a named policy, or inline by limit and
         window_ms. Pass request_id to make retries safe: a retry with the
         same id returns the original answer (with "replay": true) without
-        consuming again. Other protocol fields (id, timeout_ms) go in extra.
+        consuming again. Other protocol fields (id, timeout_ms) go in extra,
+        and so do the inline forms of the other algorithms:
+        algorithm="token_bucket", rate=10, period_ms=1000, burst=20, or
+        algorithm="concurrency", limit=2, lease_ms=30000 (a concurrency take
+        needs a request_id: it names the lease, and taking it again renews it).
         """
         return self.request(_build("take", subject=subject, policy=policy,
                                    limit=limit, window_ms=window_ms,
@@ -144,6 +148,17 @@ class Client:
         """Report subject's quota without consuming any."""
         return self.request(_build("peek", subject=subject, policy=policy,
                                    limit=limit, window_ms=window_ms, **extra))
+
+    def release(self, subject, request_id, policy=None, **extra):
+        """Free the concurrency lease request_id of subject.
+
+        Address the subject as for take: a policy, or inline
+        algorithm="concurrency", limit=..., lease_ms=... in extra. Returns
+        the reply; reply["released"] is False when no such lease was held,
+        which is not an error, so a release is safe to retry.
+        """
+        return self.request(_build("release", subject=subject, policy=policy,
+                                   request_id=request_id, **extra))
 
     def ping(self, **extra):
         """Check the sidecar and its store."""

@@ -29,6 +29,11 @@ type Reply struct {
 	Version      string          `json:"version"`
 	Error        Code            `json:"error"`
 	Message      string          `json:"message"`
+
+	// Added to the protocol after its first version; see PROTOCOL.md.
+	Shadow        bool `json:"shadow"`
+	ShadowAllowed bool `json:"shadow_allowed"`
+	Ready         bool `json:"ready"`
 }
 
 // Err returns the reply's error as an *Error, or nil for an ok reply.

@@ -16,6 +16,11 @@ type TakeReply struct {
 	Remaining    int64
 	ResetMS      int64 // until the window ends, from Redis's PTTL
 	RetryAfterMS int64 // 0 when allowed
+	// Shadow: the policy is in shadow mode, so Allowed is always true and
+	// ShadowAllowed is the verdict an enforced policy would have given.
+	// Both are written only when Shadow is set.
+	Shadow        bool
+	ShadowAllowed bool
 }
 
 // PeekReply is the answer to a peek.
@@ -31,6 +36,9 @@ type PingReply struct {
 	Store   string // "redis" or "embedded"
 	RedisOK bool   // Redis answered the sidecar's last call or probe
 	Version string
+	// Ready: not draining, Redis answering and the decision scripts loaded
+	// in it; what a readiness probe wants to know.
+	Ready bool
 }
 
 // Replies are written by hand rather than with encoding/json: the field
@@ -48,6 +56,10 @@ func AppendTake(dst, id []byte, r TakeReply) []byte {
 	dst = appendInt(dst, `,"remaining":`, r.Remaining)
 	dst = appendInt(dst, `,"reset_ms":`, r.ResetMS)
 	dst = appendInt(dst, `,"retry_after_ms":`, r.RetryAfterMS)
+	if r.Shadow {
+		dst = appendBool(dst, `,"shadow":`, true)
+		dst = appendBool(dst, `,"shadow_allowed":`, r.ShadowAllowed)
+	}
 	return append(dst, "}\n"...)
 }
 
@@ -69,6 +81,7 @@ func AppendPing(dst, id []byte, r PingReply) []byte {
 	dst = appendBool(dst, `,"redis_ok":`, r.RedisOK)
 	dst = append(dst, `,"version":`...)
 	dst = appendString(dst, r.Version)
+	dst = appendBool(dst, `,"ready":`, r.Ready)
 	return append(dst, "}\n"...)
 }
 

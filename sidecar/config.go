@@ -18,6 +18,14 @@ import (
 // Algorithms a policy may name.
 const AlgorithmFixedWindow = "fixed_window"
 
+// Policy modes. A shadow policy computes, consumes and counts like an
+// enforced one but always allows, so a new limit can be watched before it
+// denies anyone.
+const (
+	ModeEnforce = "enforce"
+	ModeShadow  = "shadow"
+)
+
 // DefaultMaxRequestIDs caps the request_id records of one window when a
 // policy does not set max_request_ids, and for inline limits.
 const DefaultMaxRequestIDs = 10_000
@@ -33,6 +41,7 @@ type Policy struct {
 	Limit         int64
 	WindowMS      int64
 	MaxRequestIDs int64
+	Mode          string // ModeEnforce or ModeShadow
 }
 
 // Config is a parsed and validated policy file. It is immutable once built;
@@ -63,6 +72,7 @@ type filePolicy struct {
 	Limit         yaml.Node `yaml:"limit"`
 	Window        string    `yaml:"window"`
 	MaxRequestIDs yaml.Node `yaml:"max_request_ids"`
+	Mode          string    `yaml:"mode"`
 }
 
 // intField decodes a YAML integer, refusing floats and strings.
@@ -151,6 +161,13 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 			return nil, fail("max_request_ids", "must be an integer from 1 to 1000000, got "+quote(fp.MaxRequestIDs.Value))
 		}
 		p.MaxRequestIDs = n
+	}
+	switch p.Mode = fp.Mode; p.Mode {
+	case "":
+		p.Mode = ModeEnforce
+	case ModeEnforce, ModeShadow:
+	default:
+		return nil, fail("mode", "must be enforce or shadow, got "+quote(fp.Mode))
 	}
 	return p, nil
 }

@@ -29,6 +29,15 @@ const (
 	keyAllowInline = "allow_inline"
 	keyReason      = "reason"
 	keyHealedTotal = "healed_total"
+
+	// The decision log (--log-decisions).
+	keySubject   = "subject"
+	keyCost      = "cost"
+	keyVerdict   = "verdict"
+	keyUsed      = "used"
+	keyRequestID = "request_id"
+	keyLatency   = "latency"
+	keyHTTPAddr  = "http_addr"
 )
 
 // NewLogger builds the process logger: level is debug, info, warn or error;

@@ -59,7 +59,7 @@ func TestServeTakePeekPing(t *testing.T) {
 		t.Fatalf("peek of a subject without a window = %+v, want used 0, remaining 3, reset_ms 0", got)
 	}
 
-	if raw, want := c.callRaw(`{"op":"ping","id":"p"}`), `{"id":"p","ok":true,"store":"redis","redis_ok":true,"version":"test"}`; raw != want {
+	if raw, want := c.callRaw(`{"op":"ping","id":"p"}`), `{"id":"p","ok":true,"store":"redis","redis_ok":true,"version":"test","ready":true}`; raw != want {
 		t.Fatalf("ping = %s, want %s", raw, want)
 	}
 

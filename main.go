@@ -326,10 +326,11 @@ func pingCommand() *cli.Command {
 		Flags: []cli.Flag{
 			socketFlag(),
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up waiting for the sidecar after this long"},
+			&cli.BoolFlag{Name: "ready", Value: true, Usage: "exit 1 unless the sidecar is ready (Redis up, scripts loaded, not draining); --ready=false only checks that it answers, for liveness probes"},
 		},
 		Action: func(c *cli.Context) error {
 			reply, err := call(c, map[string]any{"op": "ping"})
-			if err == nil && !reply.Ready {
+			if err == nil && c.Bool("ready") && !reply.Ready {
 				return &exitErr{code: exitError, err: errors.New("the sidecar answers but is not ready (draining, Redis down, or the scripts not loaded yet)")}
 			}
 			return err

@@ -132,6 +132,13 @@ func newMetrics(s *Server) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	// Series that exist from the start, so a dashboard shows 0, not nothing.
+	for _, r := range []string{"ok", "failed"} {
+		m.reloads.WithLabelValues(r)
+	}
+	for _, k := range []string{"timeout", "connection", "refused"} {
+		m.redisErrors.WithLabelValues(k)
+	}
 	if s.opts.LogDecisions == LogDecisionsDenied || s.opts.LogDecisions == LogDecisionsAll {
 		m.logAll = s.opts.LogDecisions == LogDecisionsAll
 		hook := zapcore.SamplerHook(func(_ zapcore.Entry, d zapcore.SamplingDecision) {

@@ -22,6 +22,7 @@ import (
 
 	"go.uber.org/goleak"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -89,6 +90,7 @@ type image struct {
 type example struct {
 	kust       kustomization
 	deployment *appsv1.Deployment
+	doctor     *batchv1.CronJob
 	configMaps map[string]*corev1.ConfigMap
 	secrets    map[string]*corev1.Secret
 }
@@ -138,6 +140,12 @@ func load(t *testing.T) *example {
 				}
 				ex.deployment = &appsv1.Deployment{}
 				strict(t, where, []byte(doc), ex.deployment)
+			case "batch/v1 CronJob":
+				if ex.doctor != nil {
+					t.Fatalf("%s: a second CronJob", where)
+				}
+				ex.doctor = &batchv1.CronJob{}
+				strict(t, where, []byte(doc), ex.doctor)
 			case "v1 ConfigMap":
 				cm := &corev1.ConfigMap{}
 				strict(t, where, []byte(doc), cm)
@@ -163,8 +171,8 @@ func load(t *testing.T) *example {
 		}
 		ex.configMaps[g.Name] = cm
 	}
-	if ex.deployment == nil {
-		t.Fatal("no Deployment among the resources")
+	if ex.deployment == nil || ex.doctor == nil {
+		t.Fatal("want a Deployment and a CronJob among the resources")
 	}
 	return ex
 }
@@ -239,7 +247,8 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 	for i := range spec.Volumes {
 		volumes[spec.Volumes[i].Name] = &spec.Volumes[i]
 	}
-	for _, c := range []*corev1.Container{quotad, app} {
+	doctor := doctorContainer(t, ex)
+	for _, c := range []*corev1.Container{quotad, app, doctor} {
 		for _, m := range c.VolumeMounts {
 			if volumes[m.Name] == nil {
 				t.Errorf("container %s mounts volume %q, which the pod does not have", c.Name, m.Name)
@@ -327,10 +336,12 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 	}
 
 	// Restrictive security for every container, and resources sized.
-	if psc := spec.SecurityContext; psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
-		t.Error("the pod must run as non-root")
+	for _, psc := range []*corev1.PodSecurityContext{spec.SecurityContext, ex.doctor.Spec.JobTemplate.Spec.Template.Spec.SecurityContext} {
+		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+			t.Error("every pod must run as non-root")
+		}
 	}
-	for _, c := range []*corev1.Container{quotad, app} {
+	for _, c := range []*corev1.Container{quotad, app, doctor} {
 		sc := c.SecurityContext
 		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
 			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
@@ -347,6 +358,17 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 		}
 	}
 
+	// The doctor looks at the sidecars' Redis and keys, with their image.
+	for _, name := range []string{"QUOTAD_REDIS_URL", "QUOTAD_KEY_PREFIX"} {
+		a, b := env(quotad, name), env(doctor, name)
+		if (a == nil) != (b == nil) || a != nil && a.Value != b.Value {
+			t.Errorf("%s: sidecar %v, doctor %v; want the same", name, a, b)
+		}
+	}
+	if doctor.Image != quotad.Image || len(doctor.Args) == 0 || doctor.Args[0] != "doctor" {
+		t.Errorf("doctor: image %s args %v; want the sidecar's image running doctor", doctor.Image, doctor.Args)
+	}
+
 	// The app's client is the tested one, verbatim.
 	shipped, err := os.ReadFile(filepath.Join(dir, "app", "quotad.py"))
 	if err != nil {
@@ -359,6 +381,15 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 	if !bytes.Equal(shipped, tested) {
 		t.Error("deploy/kubernetes/app/quotad.py differs from integration/clients/python/quotad.py: copy it again")
 	}
+}
+
+func doctorContainer(t *testing.T, ex *example) *corev1.Container {
+	t.Helper()
+	cs := ex.doctor.Spec.JobTemplate.Spec.Template.Spec.Containers
+	if len(cs) != 1 {
+		t.Fatalf("the doctor CronJob has %d containers, want 1", len(cs))
+	}
+	return &cs[0]
 }
 
 func mapsSubset(sub, of map[string]string) bool {
@@ -545,6 +576,17 @@ func TestExampleRunsAsWritten(t *testing.T) {
 	}
 	if !strings.Contains(string(out), `"used":3,"limit":100`) {
 		t.Fatalf("app output does not show the api policy of the ConfigMap counting its jobs:\n%s", out)
+	}
+
+	// The doctor CronJob's command, on the same Redis: every key the app's
+	// takes wrote is healthy.
+	doctor := doctorContainer(t, ex)
+	dctx, dcancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer dcancel()
+	dcmd := exec.CommandContext(dctx, quotadBin, doctor.Args...)
+	dcmd.Env = p.environ(t, doctor, map[string]string{"QUOTAD_REDIS_URL": r.URL()})
+	if out, err := dcmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "no problems found") || !regexp.MustCompile(`fixed_window\s+api\s+1\n`).Match(out) {
+		t.Fatalf("doctor %v: %v\n%s", doctor.Args, err, out)
 	}
 
 	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {

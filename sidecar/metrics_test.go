@@ -20,6 +20,7 @@ import (
 
 	"quotad/integration/redistest"
 	"quotad/luascript"
+	"quotad/protocol"
 )
 
 // metricValue is the value of the series of name with exactly these labels,
@@ -371,4 +372,32 @@ func scriptSHAs() []string {
 		shas = append(shas, hex.EncodeToString(sum[:]))
 	}
 	return shas
+}
+
+func TestClassifyReadsTheReplyNotTheID(t *testing.T) {
+	for _, tc := range []struct {
+		id     string
+		reply  protocol.TakeReply
+		err    protocol.Code
+		result string
+		used   int64
+	}{
+		{id: `"\"ok\":false,\"error\":\"X\""`, reply: protocol.TakeReply{Allowed: true, Used: 3}, result: resultAllowed, used: 3},
+		{id: `"\"replay\":true"`, reply: protocol.TakeReply{Used: 5}, result: resultDenied, used: 5},
+		{reply: protocol.TakeReply{Allowed: true, Replay: true, Used: 2}, result: resultReplay, used: 2},
+		{id: "7", reply: protocol.TakeReply{Allowed: true, Used: 1, Shadow: true, ShadowAllowed: false}, result: resultShadowDenied, used: 1},
+		{reply: protocol.TakeReply{Allowed: true, Used: 1, Shadow: true, ShadowAllowed: true}, result: resultShadowAllowed, used: 1},
+		{id: `"\"allowed\":true"`, err: protocol.CodeConflict, result: "CONFLICT"},
+	} {
+		var line []byte
+		if tc.err != "" {
+			line = protocol.AppendError(nil, []byte(tc.id), tc.err, "msg")
+		} else {
+			line = protocol.AppendTake(nil, []byte(tc.id), tc.reply)
+		}
+		result, used, ok := classify(line, len(tc.id))
+		if result != tc.result || used != tc.used || ok != (tc.err == "") {
+			t.Errorf("classify(%s) = %s, %d, %v; want %s, %d", line, result, used, ok, tc.result, tc.used)
+		}
+	}
 }

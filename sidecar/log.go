@@ -30,6 +30,8 @@ const (
 	keyReason      = "reason"
 	keyHealedTotal = "healed_total"
 
+	keyHTTPAddr = "http_addr"
+
 	// The decision log (--log-decisions).
 	keySubject   = "subject"
 	keyCost      = "cost"
@@ -37,7 +39,6 @@ const (
 	keyUsed      = "used"
 	keyRequestID = "request_id"
 	keyLatency   = "latency"
-	keyHTTPAddr  = "http_addr"
 )
 
 // NewLogger builds the process logger: level is debug, info, warn or error;

@@ -31,6 +31,7 @@ const (
 	exitOK     = 0
 	exitError  = 1 // an error reply, a transport failure, a bad flag
 	exitDenied = 2 // a denial, only with --exit-code
+	exitDoctor = 3 // doctor found keys without a TTL or of the wrong type
 )
 
 // exitError carries a process exit code through urfave/cli.
@@ -83,6 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			requestCommand("peek", "show a window's usage without consuming"),
 			requestCommand("release", "free a concurrency lease (named by --request-id)"),
 			pingCommand(),
+			doctorCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",
@@ -122,6 +124,8 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "allow-inline", Value: true, EnvVars: []string{"QUOTAD_ALLOW_INLINE"}, Usage: "accept inline limit/window_ms; false allows named policies only"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"QUOTAD_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "json", EnvVars: []string{"QUOTAD_LOG_FORMAT"}, Usage: "json or console"},
+			&cli.StringFlag{Name: "http-addr", EnvVars: []string{"QUOTAD_HTTP_ADDR"}, Usage: "host:port serving /metrics, /healthz and /readyz; empty serves no HTTP"},
+			&cli.StringFlag{Name: "log-decisions", Value: sidecar.LogDecisionsNone, EnvVars: []string{"QUOTAD_LOG_DECISIONS"}, Usage: "none, denied or all: takes that get a (sampled) decision log line"},
 		},
 		Action: serve,
 	}
@@ -164,6 +168,9 @@ func serve(c *cli.Context) error {
 	if c.Duration("config-poll") <= 0 {
 		return fmt.Errorf("--config-poll must be positive")
 	}
+	if err := sidecar.CheckLogDecisions(c.String("log-decisions")); err != nil {
+		return err
+	}
 	store, err := sidecar.OpenStore(sidecar.StoreOptions{
 		RedisURL: c.String("redis-url"), Timeout: timeout, Logger: log,
 		CAFile: c.String("redis-ca-file"), Password: c.String("redis-password"), PasswordFile: c.String("redis-password-file"),
@@ -187,7 +194,16 @@ func serve(c *cli.Context) error {
 		AllowInline:        c.Bool("allow-inline"),
 		Version:            version,
 		Logger:             log,
+		LogDecisions:       c.String("log-decisions"),
 	})
+	if addr := c.String("http-addr"); addr != "" {
+		hs, err := sidecar.ListenHTTP(addr, srv)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		defer hs.Close()
+	}
 	srv.LogStart(sidecar.StartInfo{Socket: c.String("socket"), RedisURL: c.String("redis-url"), ConfigPath: cfgPath})
 
 	bg, stopBG := context.WithCancel(context.Background())
@@ -334,10 +350,65 @@ func pingCommand() *cli.Command {
 		Flags: []cli.Flag{
 			socketFlag(),
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up waiting for the sidecar after this long"},
+			&cli.BoolFlag{Name: "ready", Value: true, Usage: "exit 1 unless the sidecar is ready (Redis up, scripts loaded, not draining); --ready=false only checks that it answers, for liveness probes"},
 		},
 		Action: func(c *cli.Context) error {
-			_, err := call(c, map[string]any{"op": "ping"})
+			reply, err := call(c, map[string]any{"op": "ping"})
+			if err == nil && c.Bool("ready") && !reply.Ready {
+				return &exitErr{code: exitError, err: errors.New("the sidecar answers but is not ready (draining, Redis down, or the scripts not loaded yet)")}
+			}
 			return err
+		},
+	}
+}
+
+func doctorCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "doctor",
+		Usage:       "scan quotad's keys in Redis: keys without a TTL, of the wrong type, the largest request-id sets, keys per policy",
+		Description: fmt.Sprintf("Uses SCAN, never KEYS. Exits %d when it finds a key without a TTL or of the wrong type, even one --fix repaired.", exitDoctor),
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"QUOTAD_REDIS_URL"}, Usage: "the Redis the sidecars use (same syntax as serve's)"},
+			&cli.StringFlag{Name: "redis-password", EnvVars: []string{"QUOTAD_REDIS_PASSWORD"}, Usage: "password, replacing the URL's"},
+			&cli.StringFlag{Name: "key-prefix", Value: "quotad:", EnvVars: []string{"QUOTAD_KEY_PREFIX"}, Usage: "the sidecars' --key-prefix"},
+			&cli.BoolFlag{Name: "fix", Usage: "give keys without a TTL one: the window's own length, else --default-ttl"},
+			&cli.DurationFlag{Name: "default-ttl", Value: sidecar.DefaultDoctorTTL, Usage: "TTL --fix gives a key that records no window length"},
+			&cli.IntFlag{Name: "top", Value: 10, Usage: "how many of the largest request-id sets to list"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up after this long"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return &exitErr{code: exitError, err: fmt.Errorf("unexpected arguments %q", c.Args().Slice())}
+			}
+			if c.Duration("default-ttl") < time.Millisecond {
+				return &exitErr{code: exitError, err: errors.New("--default-ttl must be at least 1ms")}
+			}
+			client, err := sidecar.OpenDoctorClient(c.String("redis-url"), c.String("redis-password"))
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+			defer cancel()
+			report, err := sidecar.Doctor(ctx, client, sidecar.DoctorOptions{
+				KeyPrefix: c.String("key-prefix"), Fix: c.Bool("fix"), DefaultTTL: c.Duration("default-ttl"), Top: c.Int("top"),
+			})
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				err = report.WriteJSON(c.App.Writer)
+			} else {
+				err = report.WriteText(c.App.Writer)
+			}
+			if err != nil {
+				return err
+			}
+			if report.Problems > 0 {
+				return &exitErr{code: exitDoctor}
+			}
+			return nil
 		},
 	}
 }

@@ -44,8 +44,9 @@ func TestTLSBadCertificateIsReported(t *testing.T) {
 	wantError(t, last, "UNAVAILABLE")
 	stdout, _, code := p.cli(t, "ping")
 	ping := mustParse(t, stdout)
-	if code != 0 || ping.flag(t, "redis_ok") || !strings.Contains(ping.str(t, "redis_error"), why) {
-		t.Errorf("quotad ping exited %d with %s; want redis_ok false and redis_error saying %q", code, stdout, why)
+	// Not ready: ping exits 1, and says why.
+	if code != 1 || ping.flag(t, "redis_ok") || ping.flag(t, "ready") || strings.Count(ping.str(t, "redis_error"), why) != 1 {
+		t.Errorf("quotad ping exited %d with %s; want exit 1, redis_ok and ready false, and redis_error saying %q once", code, stdout, why)
 	}
 	l := p.waitLog(t, "warn", "cannot connect to redis, retrying")
 	if !strings.Contains(l.str("error"), why) || !strings.Contains(l.str("error"), "x509") {

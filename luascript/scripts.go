@@ -23,16 +23,20 @@ type readOnlyScript struct {
 }
 
 func newReadOnlyScript(src string) readOnlyScript {
-	plain := src
-	if strings.HasPrefix(src, "#!") {
-		// Keep the line, empty, so error positions stay the same.
-		_, rest, _ := strings.Cut(src, "\n")
-		plain = "\n" + rest
-	}
 	return readOnlyScript{
 		flagged: rueidis.NewLuaScriptReadOnly(src),
-		plain:   rueidis.NewLuaScript(plain),
+		plain:   rueidis.NewLuaScript(withoutFlags(src)),
 	}
+}
+
+// withoutFlags blanks a script's shebang line, for stores that cannot
+// compile it. The line is kept, empty, so error positions stay the same.
+func withoutFlags(src string) string {
+	if !strings.HasPrefix(src, "#!") {
+		return src
+	}
+	_, rest, _ := strings.Cut(src, "\n")
+	return "\n" + rest
 }
 
 func (s readOnlyScript) Exec(ctx context.Context, c rueidis.Client, keys, args []string) rueidis.RedisResult {

@@ -33,6 +33,11 @@ type Reply struct {
 	RedisError   string          `json:"redis_error,omitempty"`
 	LeaseMS      int64           `json:"lease_ms"`
 	Released     bool            `json:"released"`
+
+	// Added to the protocol after its first version; see PROTOCOL.md.
+	Shadow        bool `json:"shadow"`
+	ShadowAllowed bool `json:"shadow_allowed"`
+	Ready         bool `json:"ready"`
 }
 
 // Err returns the reply's error as an *Error, or nil for an ok reply.

@@ -179,7 +179,7 @@ func TestClientCall(t *testing.T) {
 				ID string `json:"id"`
 			}{Op: "ping", ID: "p"},
 			want:    protocol.Reply{ID: []byte(`"p"`), OK: true, Store: "embedded", Version: "test"},
-			wantRaw: `{"id":"p","ok":true,"store":"embedded","redis_ok":false,"version":"test"}`,
+			wantRaw: `{"id":"p","ok":true,"store":"embedded","redis_ok":false,"version":"test","ready":false}`,
 		},
 		{
 			name:    "error reply",

@@ -20,6 +20,11 @@ type TakeReply struct {
 	// Degraded: Redis could not decide and the policy's on_unavailable
 	// answered instead. Written only when true.
 	Degraded bool
+	// Shadow: the policy is in shadow mode, so Allowed is always true and
+	// ShadowAllowed is the verdict an enforced policy would have given.
+	// Both are written only when Shadow is set.
+	Shadow        bool
+	ShadowAllowed bool
 }
 
 // PeekReply is the answer to a peek.
@@ -35,6 +40,9 @@ type PingReply struct {
 	Store   string // "redis" or "embedded"
 	RedisOK bool   // Redis answered the sidecar's last call or probe
 	Version string
+	// Ready: not draining, Redis answering and the decision scripts loaded
+	// in it; what a readiness probe wants to know.
+	Ready bool
 	// RedisError is why Redis was last found down; empty while it is up.
 	RedisError string
 }
@@ -56,6 +64,10 @@ func AppendTake(dst, id []byte, r TakeReply) []byte {
 	dst = appendInt(dst, `,"retry_after_ms":`, r.RetryAfterMS)
 	if r.LeaseMS > 0 {
 		dst = appendInt(dst, `,"lease_ms":`, r.LeaseMS)
+	}
+	if r.Shadow {
+		dst = appendBool(dst, `,"shadow":`, true)
+		dst = appendBool(dst, `,"shadow_allowed":`, r.ShadowAllowed)
 	}
 	if r.Degraded {
 		dst = append(dst, `,"degraded":true`...)
@@ -81,6 +93,7 @@ func AppendPing(dst, id []byte, r PingReply) []byte {
 	dst = appendBool(dst, `,"redis_ok":`, r.RedisOK)
 	dst = append(dst, `,"version":`...)
 	dst = appendString(dst, r.Version)
+	dst = appendBool(dst, `,"ready":`, r.Ready)
 	if r.RedisError != "" {
 		dst = append(dst, `,"redis_error":`...)
 		dst = appendString(dst, r.RedisError)

@@ -87,6 +87,14 @@ func TestAppendReplies(t *testing.T) {
 			keys: []string{"id", "ok", "allowed", "replay", "limit", "used", "remaining", "reset_ms", "retry_after_ms", "degraded"},
 		},
 		{
+			name: "take, shadow policy that would have denied",
+			line: protocol.AppendTake(nil, nil, protocol.TakeReply{
+				Allowed: true, Limit: 1, Used: 1, ResetMS: 500, Shadow: true, ShadowAllowed: false,
+			}),
+			want: `{"ok":true,"allowed":true,"replay":false,"limit":1,"used":1,"remaining":0,"reset_ms":500,"retry_after_ms":0,"shadow":true,"shadow_allowed":false}`,
+			keys: []string{"ok", "allowed", "replay", "limit", "used", "remaining", "reset_ms", "retry_after_ms", "shadow", "shadow_allowed"},
+		},
+		{
 			name: "peek, documented example",
 			line: protocol.AppendPeek(nil, nil, protocol.PeekReply{Limit: 5, Used: 2, Remaining: 3, ResetMS: 41250}),
 			want: `{"ok":true,"limit":5,"used":2,"remaining":3,"reset_ms":41250}`,
@@ -100,21 +108,21 @@ func TestAppendReplies(t *testing.T) {
 		},
 		{
 			name: "ping, documented example",
-			line: protocol.AppendPing(nil, nil, protocol.PingReply{Store: "redis", RedisOK: true, Version: "v1.0.0"}),
-			want: `{"ok":true,"store":"redis","redis_ok":true,"version":"v1.0.0"}`,
-			keys: []string{"ok", "store", "redis_ok", "version"},
+			line: protocol.AppendPing(nil, nil, protocol.PingReply{Store: "redis", RedisOK: true, Version: "v1.0.0", Ready: true}),
+			want: `{"ok":true,"store":"redis","redis_ok":true,"version":"v1.0.0","ready":true}`,
+			keys: []string{"ok", "store", "redis_ok", "version", "ready"},
 		},
 		{
 			name: "ping embedded",
 			line: protocol.AppendPing(nil, []byte(`"p"`), protocol.PingReply{Store: "embedded", Version: "dev"}),
-			want: `{"id":"p","ok":true,"store":"embedded","redis_ok":false,"version":"dev"}`,
-			keys: []string{"id", "ok", "store", "redis_ok", "version"},
+			want: `{"id":"p","ok":true,"store":"embedded","redis_ok":false,"version":"dev","ready":false}`,
+			keys: []string{"id", "ok", "store", "redis_ok", "version", "ready"},
 		},
 		{
 			name: "ping with redis down",
 			line: protocol.AppendPing(nil, nil, protocol.PingReply{Store: "redis", Version: "dev", RedisError: `not connected to redis: "x"`}),
-			want: `{"ok":true,"store":"redis","redis_ok":false,"version":"dev","redis_error":"not connected to redis: \"x\""}`,
-			keys: []string{"ok", "store", "redis_ok", "version", "redis_error"},
+			want: `{"ok":true,"store":"redis","redis_ok":false,"version":"dev","ready":false,"redis_error":"not connected to redis: \"x\""}`,
+			keys: []string{"ok", "store", "redis_ok", "version", "ready", "redis_error"},
 		},
 		{
 			name: "error, documented example",

@@ -89,10 +89,10 @@ func (s *Server) decideAlgorithm(ctx context.Context, client rueidis.Client, req
 		if err != nil {
 			return s.appendUndecided(dst, req, l, err)
 		}
-		return protocol.AppendTake(dst, req.ID, protocol.TakeReply{
+		return protocol.AppendTake(dst, req.ID, l.applyShadow(protocol.TakeReply{
 			Allowed: res.Allowed, Replay: res.Replay, Limit: l.limit, Used: l.limit - res.Remaining,
 			Remaining: res.Remaining, ResetMS: res.ResetMS, RetryAfterMS: res.RetryAfterMS,
-		})
+		}))
 
 	case AlgorithmConcurrency:
 		key := luascript.ConcurrencyKey(s.opts.KeyPrefix, l.policy, req.Subject)
@@ -130,7 +130,7 @@ func (s *Server) decideAlgorithm(ctx context.Context, client rueidis.Client, req
 		if res.Allowed {
 			reply.LeaseMS = l.leaseMS
 		}
-		return protocol.AppendTake(dst, req.ID, reply)
+		return protocol.AppendTake(dst, req.ID, l.applyShadow(reply))
 	}
 	return protocol.AppendError(dst, req.ID, protocol.CodeInternal, "unhandled algorithm "+strconv.Quote(l.algorithm))
 }

@@ -18,6 +18,14 @@ import (
 // Algorithms a policy may name.
 const AlgorithmFixedWindow = "fixed_window"
 
+// Policy modes. A shadow policy computes, consumes and counts like an
+// enforced one but always allows, so a new limit can be watched before it
+// denies anyone.
+const (
+	ModeEnforce = "enforce"
+	ModeShadow  = "shadow"
+)
+
 // DefaultMaxRequestIDs caps the request_id records of one window when a
 // policy does not set max_request_ids, and for inline limits.
 const DefaultMaxRequestIDs = 10_000
@@ -44,6 +52,7 @@ type Policy struct {
 	Burst    int64
 	DedupeMS int64
 	LeaseMS  int64
+	Mode     string // ModeEnforce or ModeShadow
 }
 
 // Config is a parsed and validated policy file. It is immutable once built;
@@ -80,6 +89,7 @@ type filePolicy struct {
 	Burst         yaml.Node `yaml:"burst"`
 	Dedupe        string    `yaml:"dedupe"`
 	Lease         string    `yaml:"lease"`
+	Mode          string    `yaml:"mode"`
 }
 
 // intField decodes a YAML integer, refusing floats and strings.
@@ -145,6 +155,14 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 		return nil, fail("on_unavailable", err.Error())
 	}
 	p.OnUnavailable = onUnavailable
+	switch p.Mode = fp.Mode; p.Mode {
+	case "":
+		p.Mode = ModeEnforce
+	case ModeEnforce, ModeShadow:
+	default:
+		return nil, fail("mode", "must be enforce or shadow, got "+quote(fp.Mode))
+	}
+	// The fields every algorithm shares are set; now the algorithm's own.
 	switch p.Algorithm {
 	case AlgorithmFixedWindow:
 	case AlgorithmTokenBucket:

@@ -8,4 +8,8 @@
 // never retries a take in a way that could consume twice, and it never turns
 // a Redis failure into an allow or a deny: the caller gets UNAVAILABLE and the
 // outcome is unknown.
+//
+// For operators it also counts what it decides (metrics.go, served with the
+// probes by http.go; never a subject in a label), and Doctor inspects the
+// keys quotad writes in Redis.
 package sidecar

@@ -27,16 +27,19 @@ type limits struct {
 	bucket    luascript.TokenBucket
 	dedupeMS  int64
 	leaseMS   int64
+	shadow    bool // the policy's mode is shadow: see applyShadow
 }
 
 // handle runs one decoded request and appends its reply line to dst.
-func (s *Server) handle(ctx context.Context, req *protocol.Request, dst []byte) []byte {
+func (s *Server) handle(ctx context.Context, req *protocol.Request, dst []byte) (out []byte) {
+	defer s.observeRequest(req, s.beginRequest(), len(dst), &out)
 	switch req.Op {
 	case protocol.OpPing:
 		return protocol.AppendPing(dst, req.ID, protocol.PingReply{
 			Store:      s.store.Kind(),
 			RedisOK:    s.store.Up(),
 			Version:    s.opts.Version,
+			Ready:      s.ready(ctx) == nil,
 			RedisError: errorText(s.store.LastError()),
 		})
 	case protocol.OpTake, protocol.OpPeek, protocol.OpRelease:
@@ -54,6 +57,7 @@ func (s *Server) resolve(req *protocol.Request) (limits, error) {
 		}
 		l = limits{policy: p.Name, limit: p.Limit, windowMS: p.WindowMS, maxIDs: p.MaxRequestIDs}
 		l.setPolicy(p)
+		l.shadow = p.Mode == ModeShadow
 	} else {
 		if !s.opts.AllowInline {
 			return l, &protocol.Error{Code: protocol.CodeInvalid, Message: "inline limits are disabled on this sidecar: name a policy"}
@@ -79,6 +83,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	if err != nil {
 		return s.appendUndecided(dst, req, l, err)
 	}
+	client = s.instrument(client)
 	timeout := s.opts.RedisTimeout
 	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < timeout {
 		timeout = t
@@ -125,6 +130,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 		// A fixed window frees capacity only when it ends.
 		reply.RetryAfterMS = res.ResetMS
 	}
+	reply = l.applyShadow(reply)
 	return protocol.AppendTake(dst, req.ID, reply)
 }
 

@@ -30,6 +30,16 @@ const (
 	keyReason      = "reason"
 	keyHealedTotal = "healed_total"
 	keyCloseProbes = "close_probes"
+
+	keyHTTPAddr = "http_addr"
+
+	// The decision log (--log-decisions).
+	keySubject   = "subject"
+	keyCost      = "cost"
+	keyVerdict   = "verdict"
+	keyUsed      = "used"
+	keyRequestID = "request_id"
+	keyLatency   = "latency"
 )
 
 // NewLogger builds the process logger: level is debug, info, warn or error;

@@ -50,9 +50,15 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // the test ends. The probe runs often so that health changes show quickly.
 func openStore(t *testing.T, url string) *Store {
 	t.Helper()
+	return openStoreTimeout(t, url, time.Second)
+}
+
+// openStoreTimeout is openStore with the probe's deadline set.
+func openStoreTimeout(t *testing.T, url string, timeout time.Duration) *Store {
+	t.Helper()
 	st, err := OpenStore(StoreOptions{
 		RedisURL:      url,
-		Timeout:       time.Second,
+		Timeout:       timeout,
 		ProbeInterval: 20 * time.Millisecond,
 		Logger:        zaptest.NewLogger(t),
 	})

@@ -129,18 +129,32 @@ func rawQuery(raw string) string {
 
 // describeRedisErr says what an operator should check when the cause of an
 // error is the TLS setup rather than Redis being down.
+// It describes an error once, however often it is passed.
 func describeRedisErr(err error) error {
 	var (
+		described *untrustedCertError
 		unknownCA *x509.UnknownAuthorityError
 		hostname  x509.HostnameError
 		invalid   x509.CertificateInvalidError
 		verify    *tls.CertificateVerificationError
 	)
+	if errors.As(err, &described) {
+		return err
+	}
 	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify) {
-		return fmt.Errorf("redis's TLS certificate is not trusted (check --redis-ca-file and the host name in --redis-url): %w", err)
+		return &untrustedCertError{err: err}
 	}
 	return err
 }
+
+// untrustedCertError is a connection error caused by Redis's certificate.
+type untrustedCertError struct{ err error }
+
+func (e *untrustedCertError) Error() string {
+	return "redis's TLS certificate is not trusted (check --redis-ca-file and the host name in --redis-url): " + e.err.Error()
+}
+
+func (e *untrustedCertError) Unwrap() error { return e.err }
 
 // noteErr remembers why Redis is down, or forgets it once Redis is up. The
 // steady state costs one atomic read.

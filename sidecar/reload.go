@@ -62,6 +62,7 @@ func (r *Reloader) load(forced bool) {
 	if err != nil {
 		if forced || err.Error() != r.lastErr {
 			r.Logger.Error("config reload failed; keeping the config in use", zap.String(keyConfig, r.Path), zap.Error(err))
+			r.Server.countReload(err)
 		}
 		r.lastErr = err.Error()
 		return
@@ -74,8 +75,10 @@ func (r *Reloader) load(forced bool) {
 	cfg, err := ParseConfig(data)
 	if err != nil {
 		r.Logger.Error("config reload failed; keeping the config in use", zap.String(keyConfig, r.Path), zap.Error(err))
+		r.Server.countReload(err)
 		return
 	}
 	r.Server.SetConfig(cfg)
+	r.Server.countReload(nil)
 	r.Logger.Info("config reloaded", zap.String(keyConfig, r.Path), zap.Strings(keyPolicies, cfg.Names()))
 }

@@ -39,6 +39,9 @@ type Options struct {
 	AllowInline        bool
 	Version            string
 	Logger             *zap.Logger
+	// LogDecisions is none (or empty), denied or all: which takes get a
+	// line in the sampled decision log.
+	LogDecisions string
 }
 
 // Server answers protocol requests on Unix-socket connections.
@@ -64,6 +67,9 @@ type Server struct {
 	idleOnce  sync.Once
 
 	healed atomic.Int64
+
+	metrics   *metrics
+	readiness readiness
 }
 
 // NewServer returns a server ready to Serve.
@@ -98,6 +104,7 @@ func NewServer(opts Options) *Server {
 		idle:      make(chan struct{}),
 	}
 	s.cfg.Store(opts.Config)
+	s.metrics = newMetrics(s)
 	return s
 }
 

@@ -1,0 +1,403 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"quotad/integration/redistest"
+	"quotad/luascript"
+	"quotad/protocol"
+)
+
+// metricValue is the value of the series of name with exactly these labels,
+// 0 when there is none.
+func metricValue(t *testing.T, s *Server, name string, labels map[string]string) float64 {
+	t.Helper()
+	for _, mf := range gather(t, s) {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; !ok || v != lp.GetValue() {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+func gather(t *testing.T, s *Server) []*dto.MetricFamily {
+	t.Helper()
+	mfs, err := s.metrics.reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	return mfs
+}
+
+func get(t *testing.T, h http.Handler, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	body, _ := io.ReadAll(rec.Result().Body)
+	return rec.Code, string(body)
+}
+
+func TestMetricsCountDecisionsByPolicyAndResultNeverBySubject(t *testing.T) {
+	r := redistest.Start(t)
+	st := openStore(t, r.URL())
+	cfg, err := ParseConfig([]byte("policies:\n  api:\n    limit: 1\n    window: 1m\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, Options{Store: st, Config: cfg, AllowInline: true})
+	c := ts.dial(t)
+	waitRedisOK(t, c)
+
+	// A key left without a TTL, which the first take heals.
+	rc := r.Client(t)
+	if err := rc.Do(context.Background(), rc.B().Hset().Key(testPrefix+"fw:{p:api:subject-healed}").FieldValue().FieldValue("used", "0").FieldValue("policy", "1:60000").FieldValue("ids", "0").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		`{"op":"take","subject":"subject-healed","policy":"api"}`,             // allowed
+		`{"op":"take","subject":"subject-a","policy":"api","request_id":"x"}`, // allowed
+		`{"op":"take","subject":"subject-a","policy":"api","request_id":"x"}`, // replay
+		`{"op":"take","subject":"subject-a","policy":"api"}`,                  // denied
+		`{"op":"take","subject":"subject-b","policy":"random-name-1"}`,        // UNKNOWN_POLICY
+		`{"op":"take","subject":"subject-c","limit":5,"window_ms":60000}`,     // inline, allowed
+		`{"op":"take","subject":"subject-c","limit":6,"window_ms":60000}`,     // inline, POLICY
+		`{"op":"peek","subject":"subject-a","policy":"api"}`,                  // not a decision
+		`{"op":"take","subject":"subject-d","policy":"api","cost":2}`,         // INVALID (cost > limit)
+	} {
+		if got := c.call(line); got.Error == "INTERNAL" {
+			t.Fatalf("%s: %+v", line, got)
+		}
+	}
+	for _, tc := range []struct {
+		policy, result string
+		want           float64
+	}{
+		{"api", "allowed", 2},
+		{"api", "replay", 1},
+		{"api", "denied", 1},
+		{"api", "INVALID", 1},
+		{"", "UNKNOWN_POLICY", 1},
+		{"", "allowed", 1},
+		{"", "POLICY", 1},
+	} {
+		if got := metricValue(t, ts.Server, "quotad_decisions_total", map[string]string{"policy": tc.policy, "result": tc.result}); got != tc.want {
+			t.Errorf("decisions{policy=%q,result=%q} = %v, want %v", tc.policy, tc.result, got, tc.want)
+		}
+	}
+	if got := metricValue(t, ts.Server, "quotad_request_duration_seconds", map[string]string{"op": "take"}); got != 8 {
+		t.Errorf("take latency observations = %v, want 8", got)
+	}
+	if got := metricValue(t, ts.Server, "quotad_request_duration_seconds", map[string]string{"op": "peek"}); got != 1 {
+		t.Errorf("peek latency observations = %v, want 1", got)
+	}
+	if got := metricValue(t, ts.Server, "quotad_healed_keys_total", nil); got != 1 {
+		t.Errorf("healed keys = %v, want 1", got)
+	}
+	if got := metricValue(t, ts.Server, "quotad_redis_call_duration_seconds", nil); got < 6 {
+		t.Errorf("redis calls observed = %v, want one per take or peek that reached redis (6 or more)", got)
+	}
+	if got := metricValue(t, ts.Server, "quotad_connections", nil); got != 1 {
+		t.Errorf("open connections = %v, want 1", got)
+	}
+	if got := metricValue(t, ts.Server, "quotad_redis_up", nil); got != 1 {
+		t.Errorf("redis up = %v, want 1", got)
+	}
+	if got := metricValue(t, ts.Server, "quotad_inflight_requests", nil); got != 0 {
+		t.Errorf("in flight after every reply = %v, want 0", got)
+	}
+	for _, mf := range gather(t, ts.Server) {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if strings.Contains(lp.GetValue(), "subject-") || strings.Contains(lp.GetValue(), "random-name") {
+					t.Errorf("%s has label %s=%q: subjects and unknown policy names must never be label values", mf.GetName(), lp.GetName(), lp.GetValue())
+				}
+			}
+		}
+	}
+
+	code, body := get(t, ts.HTTPHandler(), "/metrics")
+	if code != http.StatusOK || !strings.Contains(body, `quotad_decisions_total{policy="api",result="denied"} 1`) || !strings.Contains(body, "process_resident_memory_bytes") {
+		t.Fatalf("GET /metrics: %d\n%s", code, body)
+	}
+}
+
+func TestRedisTimeoutsAreCountedAndInflightShows(t *testing.T) {
+	r := redistest.Start(t)
+	st := openStore(t, r.URL())
+	ts := startServer(t, Options{Store: st, AllowInline: true})
+	c := ts.dial(t)
+	waitRedisOK(t, c)
+	pauseWrites(t, r)
+	c.send(inlineTake("1", "slow", 5, `,"timeout_ms":300`))
+	waitFor(t, "the paused take to show in flight", func() bool {
+		return metricValue(t, ts.Server, "quotad_inflight_requests", nil) == 1
+	})
+	checkCode(t, "paused take", c.recv(), "UNAVAILABLE")
+	if got := metricValue(t, ts.Server, "quotad_redis_errors_total", map[string]string{"kind": "timeout"}); got != 1 {
+		t.Fatalf("redis timeouts = %v, want 1", got)
+	}
+	if got := metricValue(t, ts.Server, "quotad_decisions_total", map[string]string{"policy": "", "result": "UNAVAILABLE"}); got != 1 {
+		t.Fatalf("UNAVAILABLE decisions = %v, want 1", got)
+	}
+}
+
+func TestConfigReloadsAreCounted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	if err := os.WriteFile(path, []byte("policies:\n  api:\n    limit: 1\n    window: 1m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(Options{Config: cfg})
+	rl := NewReloader(path, time.Hour, s, zap.NewNop())
+	if err := os.WriteFile(path, []byte("policies:\n  api:\n    limit: zero\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rl.load(false)
+	if err := os.WriteFile(path, []byte("policies:\n  api:\n    limit: 2\n    window: 1m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rl.load(false)
+	rl.load(false) // unchanged: not a reload
+	if ok, failed := metricValue(t, s, "quotad_config_reloads_total", map[string]string{"result": "ok"}),
+		metricValue(t, s, "quotad_config_reloads_total", map[string]string{"result": "failed"}); ok != 1 || failed != 1 {
+		t.Fatalf("reloads ok %v, failed %v; want 1 and 1", ok, failed)
+	}
+}
+
+func TestDecisionLog(t *testing.T) {
+	r := redistest.Start(t)
+	st := openStore(t, r.URL())
+	cfg, err := ParseConfig([]byte("policies:\n  api:\n    limit: 1\n    window: 1m\n  trial:\n    limit: 1\n    window: 1m\n    mode: shadow\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := []string{
+		`{"op":"take","subject":"alice","policy":"api","cost":1,"request_id":"r1"}`, // allowed
+		`{"op":"take","subject":"alice","policy":"api"}`,                            // denied
+		`{"op":"take","subject":"bob","policy":"trial"}`,                            // shadow_allowed
+		`{"op":"take","subject":"bob","policy":"trial"}`,                            // shadow_denied
+		`{"op":"take","subject":"carol","policy":"nope"}`,                           // UNKNOWN_POLICY
+	}
+	for _, tc := range []struct {
+		level    string
+		verdicts []string
+	}{
+		{LogDecisionsNone, nil},
+		{LogDecisionsDenied, []string{"denied", "shadow_denied"}},
+		{LogDecisionsAll, []string{"allowed", "denied", "shadow_allowed", "shadow_denied", "UNKNOWN_POLICY"}},
+	} {
+		t.Run(tc.level, func(t *testing.T) {
+			core, logs := observer.New(zapcore.InfoLevel)
+			ts := startServer(t, Options{Store: st, Config: cfg, LogDecisions: tc.level, Logger: zap.New(core), KeyPrefix: "dl-" + tc.level + ":"})
+			c := ts.dial(t)
+			waitRedisOK(t, c)
+			for _, l := range lines {
+				c.call(l)
+			}
+			got := logs.FilterLoggerName("decision").AllUntimed()
+			if len(got) != len(tc.verdicts) {
+				t.Fatalf("%d decision lines, want %d: %v", len(got), len(tc.verdicts), got)
+			}
+			for i, e := range got {
+				f := e.ContextMap()
+				if e.Message != "decision" || f[keyVerdict] != tc.verdicts[i] {
+					t.Errorf("line %d: %q %v, want verdict %s", i, e.Message, f, tc.verdicts[i])
+				}
+				for _, k := range []string{keyPolicy, keySubject, keyCost, keyLatency} {
+					if _, ok := f[k]; !ok {
+						t.Errorf("line %d: no %q in %v", i, k, f)
+					}
+				}
+				isError := strings.ToUpper(tc.verdicts[i]) == tc.verdicts[i]
+				if _, ok := f[keyUsed]; ok == isError {
+					t.Errorf("line %d: used present %v; want it on verdicts, not on errors: %v", i, ok, f)
+				}
+			}
+			if tc.level == LogDecisionsAll {
+				if f := got[0].ContextMap(); f[keySubject] != "alice" || f[keyPolicy] != "api" || f[keyCost] != int64(1) || f[keyUsed] != int64(1) || f[keyRequestID] != "r1" {
+					t.Errorf("first line fields %v", f)
+				}
+			}
+		})
+	}
+}
+
+// A flood of decisions is sampled: lines beyond the per-second allowance
+// are dropped and counted, never all written.
+func TestDecisionLogIsSampled(t *testing.T) {
+	saved := decisionSampling
+	decisionSampling.first, decisionSampling.thereafter = 1, 0 // one line per second
+	t.Cleanup(func() { decisionSampling = saved })
+	r := redistest.Start(t)
+	st := openStore(t, r.URL())
+	core, logs := observer.New(zapcore.InfoLevel)
+	ts := startServer(t, Options{Store: st, AllowInline: true, LogDecisions: LogDecisionsAll, Logger: zap.New(core)})
+	c := ts.dial(t)
+	waitRedisOK(t, c)
+	const n = 50
+	batch := make([]string, n)
+	for i := range batch {
+		batch[i] = inlineTake("x", "flood", 1000, "")
+	}
+	c.send(batch...)
+	for range n {
+		c.recv()
+	}
+	logged := float64(logs.FilterLoggerName("decision").Len())
+	dropped := metricValue(t, ts.Server, "quotad_decision_log_dropped_total", nil)
+	// 50 pipelined takes finish within a few seconds even on a loaded
+	// machine, so most share a second with another.
+	if logged+dropped != n || logged >= n/2 {
+		t.Fatalf("logged %v, dropped %v of %d decisions; want them to add up, with most dropped", logged, dropped, n)
+	}
+}
+
+func TestHealthzReadyzAndPingReady(t *testing.T) {
+	r := redistest.Start(t)
+	st := openStore(t, r.URL())
+	ts := startServer(t, Options{Store: st})
+	c := ts.dial(t)
+	waitRedisOK(t, c)
+	h := ts.HTTPHandler()
+
+	if code, body := get(t, h, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz: %d %s", code, body)
+	}
+	if code, body := get(t, h, "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz with redis up: %d %s", code, body)
+	}
+	if p := c.call(`{"op":"ping"}`); !p.Ready {
+		t.Fatalf("ping with redis up: %+v, want ready", p)
+	}
+
+	// Scripts flushed from Redis (as by a restart): /readyz loads them.
+	rc := r.Client(t)
+	if err := rc.Do(context.Background(), rc.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(t, h, "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz after SCRIPT FLUSH: %d %s", code, body)
+	}
+	if n, err := rc.Do(context.Background(), rc.B().ScriptExists().Sha1(scriptSHAs()...).Build()).AsIntSlice(); err != nil || len(n) < 2 || n[0] != 1 || n[1] != 1 {
+		t.Fatalf("scripts after /readyz: %v %v; want them loaded", n, err)
+	}
+
+	r.Stop(t)
+	waitFor(t, "/readyz to fail with redis stopped", func() bool {
+		code, body := get(t, h, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "redis")
+	})
+	if p := c.call(`{"op":"ping"}`); p.Ready {
+		t.Fatalf("ping with redis stopped: %+v, want not ready", p)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	c.nc.Close()
+	if err := ts.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(t, h, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
+		t.Fatalf("/readyz while draining: %d %s", code, body)
+	}
+	if code, _ := get(t, h, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz while draining: %d", code)
+	}
+}
+
+func TestListenHTTPServesAndRefusesATakenPort(t *testing.T) {
+	s := NewServer(Options{})
+	hs, err := ListenHTTP("127.0.0.1:0", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + hs.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "quotad_build_info") {
+		t.Fatalf("GET /metrics: %d %s", resp.StatusCode, body)
+	}
+	if _, err := ListenHTTP(hs.Addr(), s); err == nil || !strings.Contains(err.Error(), "--http-addr") {
+		t.Fatalf("second listener on %s: %v, want an error naming --http-addr", hs.Addr(), err)
+	}
+	if err := hs.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func scriptSHAs() []string {
+	var shas []string
+	for _, src := range luascript.Sources() {
+		sum := sha1.Sum([]byte(src))
+		shas = append(shas, hex.EncodeToString(sum[:]))
+	}
+	return shas
+}
+
+func TestClassifyReadsTheReplyNotTheID(t *testing.T) {
+	for _, tc := range []struct {
+		id     string
+		reply  protocol.TakeReply
+		err    protocol.Code
+		result string
+		used   int64
+	}{
+		{id: `"\"ok\":false,\"error\":\"X\""`, reply: protocol.TakeReply{Allowed: true, Used: 3}, result: resultAllowed, used: 3},
+		{id: `"\"replay\":true"`, reply: protocol.TakeReply{Used: 5}, result: resultDenied, used: 5},
+		{reply: protocol.TakeReply{Allowed: true, Replay: true, Used: 2}, result: resultReplay, used: 2},
+		{id: "7", reply: protocol.TakeReply{Allowed: true, Used: 1, Shadow: true, ShadowAllowed: false}, result: resultShadowDenied, used: 1},
+		{reply: protocol.TakeReply{Allowed: true, Used: 1, Shadow: true, ShadowAllowed: true}, result: resultShadowAllowed, used: 1},
+		{id: `"\"allowed\":true"`, err: protocol.CodeConflict, result: "CONFLICT"},
+	} {
+		var line []byte
+		if tc.err != "" {
+			line = protocol.AppendError(nil, []byte(tc.id), tc.err, "msg")
+		} else {
+			line = protocol.AppendTake(nil, []byte(tc.id), tc.reply)
+		}
+		result, used, ok := classify(line, len(tc.id))
+		if result != tc.result || used != tc.used || ok != (tc.err == "") {
+			t.Errorf("classify(%s) = %s, %d, %v; want %s, %d", line, result, used, ok, tc.result, tc.used)
+		}
+	}
+}

@@ -82,6 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			requestCommand("take", "take quota and print the JSON reply"),
 			requestCommand("peek", "show a window's usage without consuming"),
 			pingCommand(),
+			benchCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",

@@ -89,6 +89,14 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 		})
 	}
 
+	// A window known to be exhausted is denied here (see localdeny.go).
+	cfg := s.cfg.Load()
+	if req.RequestID == "" {
+		if reply, ok := s.deny.check(cfg, key, l, req.Cost, time.Now()); ok {
+			return protocol.AppendTake(dst, req.ID, reply)
+		}
+	}
+	sent := time.Now()
 	res, err := luascript.FixedWindowTake(ctx, client, luascript.TakeArgs{
 		Key: key, Limit: l.limit, WindowMS: l.windowMS, Cost: req.Cost,
 		RequestID: req.RequestID, Strict: strict, MaxRequestIDs: l.maxIDs,
@@ -102,6 +110,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	if err != nil {
 		return s.appendFailure(dst, req, err)
 	}
+	s.deny.record(cfg, key, l, res.Allowed, res.Used, res.ResetMS, sent)
 	reply := protocol.TakeReply{
 		Allowed: res.Allowed, Replay: res.Replay, Limit: l.limit, Used: res.Used,
 		Remaining: max(l.limit-res.Used, 0), ResetMS: res.ResetMS,

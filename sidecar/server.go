@@ -64,6 +64,7 @@ type Server struct {
 	idleOnce  sync.Once
 
 	healed atomic.Int64
+	deny   *localDeny
 }
 
 // NewServer returns a server ready to Serve.
@@ -96,6 +97,7 @@ func NewServer(opts Options) *Server {
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 		idle:      make(chan struct{}),
+		deny:      newLocalDeny(DefaultLocalDenyEntries),
 	}
 	s.cfg.Store(opts.Config)
 	return s

@@ -63,8 +63,9 @@ type Server struct {
 	idle      chan struct{} // closed when shutting and no connection is left
 	idleOnce  sync.Once
 
-	healed atomic.Int64
-	deny   *localDeny
+	healed  atomic.Int64
+	deny    *localDeny
+	workers workers
 }
 
 // NewServer returns a server ready to Serve.
@@ -98,6 +99,7 @@ func NewServer(opts Options) *Server {
 		conns:     make(map[*conn]struct{}),
 		idle:      make(chan struct{}),
 		deny:      newLocalDeny(DefaultLocalDenyEntries),
+		workers:   workers{maxIdle: defaultMaxIdleWorkers},
 	}
 	s.cfg.Store(opts.Config)
 	return s
@@ -245,6 +247,7 @@ func (s *Server) stop(each func(*conn)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shutting.Store(true)
+	s.workers.close()
 	for l := range s.listeners {
 		l.Close()
 	}

@@ -139,3 +139,35 @@ func benchSocket(b *testing.B, depth int, hot bool) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkSocketOneAtATime is 16 clients that each wait for a reply before
+// sending the next take.
+func BenchmarkSocketOneAtATime(b *testing.B) {
+	ts := benchServer(b)
+	waitStoreUp(b, ts.Server)
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(8) // 16 clients on 2 CPUs
+	b.RunParallel(func(pb *testing.PB) {
+		nc, err := net.Dial("unix", ts.sock)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer nc.Close()
+		r := bufio.NewReader(nc)
+		i := n.Add(1) << 32
+		for pb.Next() {
+			i++
+			line := `{"op":"take","subject":"s` + strconv.FormatInt(i%10000, 10) + `","limit":1000000,"window_ms":60000}` + "\n"
+			if _, err := nc.Write([]byte(line)); err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := r.ReadSlice('\n'); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

@@ -109,13 +109,18 @@ func (c *conn) readLoop() {
 		if isBlank(line) {
 			continue
 		}
-		c.queue <- c.start(line)
+		// A client with nothing in flight that sent nothing more waits for
+		// this reply before it sends again: run the request here rather
+		// than hand it to a worker (one goroutine switch less per request
+		// for one-at-a-time clients).
+		c.queue <- c.start(line, c.running.Load() == 0 && lr.Buffered() == 0)
 	}
 }
 
 // start decodes a line and, for requests that need Redis, runs them on a
-// worker so one connection's requests execute concurrently.
-func (c *conn) start(line []byte) *slot {
+// worker so one connection's requests execute concurrently, or on the
+// reader itself when inline.
+func (c *conn) start(line []byte, inline bool) *slot {
 	sl := newSlot()
 	if err := protocol.Decode(line, &sl.req); err != nil {
 		sl.out = protocol.AppendErr(sl.out[:0], sl.req.ID, err)
@@ -133,7 +138,11 @@ func (c *conn) start(line []byte) *slot {
 		return sl
 	}
 	c.running.Add(1)
-	c.s.workers.run(job{c: c, sl: sl})
+	if inline {
+		c.run(sl)
+	} else {
+		c.s.workers.run(job{c: c, sl: sl})
+	}
 	return sl
 }
 

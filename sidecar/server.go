@@ -23,6 +23,9 @@ const (
 	DefaultMaxConns           = 10_000
 	DefaultMaxInflightPerConn = 128
 	DefaultRedisTimeout       = time.Second
+	// DefaultFlushDelay is the --redis-flush-delay default, chosen with
+	// make bench (see the README's performance section).
+	DefaultFlushDelay = 0
 )
 
 // Options configures a Server. Zero values take the defaults above.

@@ -73,7 +73,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	}
 	// A caller's own short deadline says nothing about Redis's health.
 	shortened := timeout < s.opts.RedisTimeout
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := s.callContext(ctx, timeout)
 	defer cancel()
 	key := luascript.FixedWindowKey(s.opts.KeyPrefix, l.policy, req.Subject)
 	strict := l.policy == ""

@@ -66,9 +66,10 @@ type Server struct {
 	idle      chan struct{} // closed when shutting and no connection is left
 	idleOnce  sync.Once
 
-	healed  atomic.Int64
-	deny    *localDeny
-	workers workers
+	healed    atomic.Int64
+	deny      *localDeny
+	workers   workers
+	deadlines *sharedDeadline
 }
 
 // NewServer returns a server ready to Serve.
@@ -105,6 +106,7 @@ func NewServer(opts Options) *Server {
 		workers:   workers{maxIdle: defaultMaxIdleWorkers},
 	}
 	s.cfg.Store(opts.Config)
+	s.deadlines = newSharedDeadline(ctx, opts.RedisTimeout)
 	return s
 }
 

@@ -6,7 +6,9 @@ import (
 	"net"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -16,10 +18,14 @@ import (
 
 // benchServer serves on a real Redis without test logs, which would
 // dominate the profile.
-func benchServer(b *testing.B) *testServer {
+func benchServer(b *testing.B, flushDelay ...time.Duration) *testServer {
 	b.Helper()
 	r := redistest.Start(b)
-	st, err := OpenStore(StoreOptions{RedisURL: r.URL(), Logger: zap.NewNop()})
+	var fd time.Duration
+	if len(flushDelay) > 0 {
+		fd = flushDelay[0]
+	}
+	st, err := OpenStore(StoreOptions{RedisURL: r.URL(), Logger: zap.NewNop(), FlushDelay: fd})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -80,15 +86,29 @@ func BenchmarkHandleTakeDeniedLocally(b *testing.B) {
 }
 
 // BenchmarkSocketPipelined is the whole path through one socket: a client
-// keeps 64 takes outstanding and reads the replies.
-func BenchmarkSocketPipelined(b *testing.B) { benchSocket(b, 64, false) }
+// writes takes 64 at a time and reads the replies. cpu-ns/op is the CPU of
+// the whole test process (sidecar and client) per take.
+func BenchmarkSocketPipelined(b *testing.B) {
+	for _, fd := range []time.Duration{0, 20 * time.Microsecond, 100 * time.Microsecond} {
+		b.Run("flush-delay="+fd.String(), func(b *testing.B) { benchSocket(b, 64, false, fd) })
+	}
+}
 
 // BenchmarkSocketDeniedLocally is the socket path alone: every take hits
 // an exhausted window, so Redis is not involved.
-func BenchmarkSocketDeniedLocally(b *testing.B) { benchSocket(b, 64, true) }
+func BenchmarkSocketDeniedLocally(b *testing.B) { benchSocket(b, 64, true, 0) }
 
-func benchSocket(b *testing.B, depth int, hot bool) {
-	ts := benchServer(b)
+// processCPU is the CPU time this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func benchSocket(b *testing.B, depth int, hot bool, flushDelay time.Duration) {
+	ts := benchServer(b, flushDelay)
 	waitStoreUp(b, ts.Server)
 	nc, err := net.Dial("unix", ts.sock)
 	if err != nil {
@@ -114,6 +134,7 @@ func benchSocket(b *testing.B, depth int, hot bool) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU(b)
 	done := make(chan error, 1)
 	go func() {
 		for range b.N {
@@ -138,13 +159,21 @@ func benchSocket(b *testing.B, depth int, hot bool) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkSocketOneAtATime is 16 clients that each wait for a reply before
 // sending the next take.
 func BenchmarkSocketOneAtATime(b *testing.B) {
-	ts := benchServer(b)
+	for _, fd := range []time.Duration{0, 20 * time.Microsecond, 100 * time.Microsecond} {
+		b.Run("flush-delay="+fd.String(), func(b *testing.B) { benchOneAtATime(b, fd) })
+	}
+}
+
+func benchOneAtATime(b *testing.B, flushDelay time.Duration) {
+	ts := benchServer(b, flushDelay)
 	waitStoreUp(b, ts.Server)
+	cpu0 := processCPU(b)
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(8) // 16 clients on 2 CPUs
@@ -170,4 +199,5 @@ func BenchmarkSocketOneAtATime(b *testing.B) {
 			}
 		}
 	})
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }

@@ -108,18 +108,18 @@ var matrix = []row{
 
 // sample is one measurement of one row.
 type sample struct {
-	rate               float64
-	p50, p99           time.Duration
-	errors             int64
-	sidecarCPU         float64 // µs per decision
-	redisCPU           float64
-	clientCPU          float64
-	scriptUsec         float64 // Redis's usec_per_call of the script
-	redisCalls         float64 // Redis commands per decision, the script and those it ran
-	redisConns         int     // connections of the measured client to Redis
-	sidecarRSS         int64
-	decisions          int64
-	sidecarCPUMeasured bool
+	rate       float64
+	p50, p99   time.Duration
+	errors     int64
+	sidecarCPU float64 // µs per decision
+	redisCPU   float64
+	clientCPU  float64
+	scriptUsec float64 // Redis's usec_per_call of the script
+	redisCalls float64 // Redis commands per decision, the script and those it ran
+	redisConns int     // connections of the measured client to Redis
+	sidecarRSS int64
+	decisions  int64
+	errorCodes map[protocol.Code]int64 // quotad rows only
 }
 
 type bench struct {
@@ -320,7 +320,7 @@ func (b *bench) measure(ctx context.Context, r row, round int) (sample, error) {
 			return s, err
 		}
 		decisions, s.rate, s.p50, s.p99, s.errors = res.Replies, res.Rate(), res.P50, res.P99, res.ErrorCount()
-		s.sidecarCPUMeasured = true
+		s.errorCodes = res.Errors
 	} else {
 		res, err := b.baseline(ctx, r.conns, prefix)
 		if err != nil {

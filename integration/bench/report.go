@@ -78,6 +78,17 @@ func (b *bench) table(samples [][]sample) {
 			rss, errs)
 	}
 	w.Flush()
+	for i, r := range matrix {
+		codes := map[protocol.Code]int64{}
+		for _, s := range samples[i] {
+			for c, n := range s.errorCodes {
+				codes[c] += n
+			}
+		}
+		if len(codes) > 0 {
+			fmt.Fprintf(b.out, "error replies of %s, all rounds: %v\n", r.name, codes)
+		}
+	}
 }
 
 func verdict(ok bool) string {

@@ -46,7 +46,10 @@ func benchCommand() *cli.Command {
 			if cfg.Conns < 1 || cfg.InFlight < 1 || cfg.Duration <= 0 || cfg.Subjects < 1 || cfg.Cost < 1 {
 				return errors.New("--conns, --inflight, --duration, --subjects and --cost must be positive")
 			}
-			if cfg.Policy == "" {
+			switch {
+			case cfg.Policy != "" && (c.IsSet("limit") || c.IsSet("window-ms")):
+				return errors.New("give --policy or --limit with --window-ms, not both")
+			case cfg.Policy == "":
 				cfg.Limit, cfg.WindowMS = c.Int64("limit"), c.Int64("window-ms")
 			}
 			if !c.Bool("quiet") {

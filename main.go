@@ -118,7 +118,6 @@ func serveCommand() *cli.Command {
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, EnvVars: []string{"QUOTAD_SHUTDOWN_TIMEOUT"}, Usage: "how long in-flight requests may finish after SIGTERM"},
 			&cli.BoolFlag{Name: "allow-inline", Value: true, EnvVars: []string{"QUOTAD_ALLOW_INLINE"}, Usage: "accept inline limit/window_ms; false allows named policies only"},
 			&cli.DurationFlag{Name: "redis-flush-delay", Value: sidecar.DefaultFlushDelay, EnvVars: []string{"QUOTAD_REDIS_FLUSH_DELAY"}, Usage: "how long a Redis connection waits after a write to gather the next batch of commands (0: write at once)"},
-			&cli.IntFlag{Name: "redis-pipelines", EnvVars: []string{"QUOTAD_REDIS_PIPELINES"}, Usage: "connections per Redis node that commands are pipelined over, a power of two up to 256 (0: 2 on 2 CPUs, else 4)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"QUOTAD_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "json", EnvVars: []string{"QUOTAD_LOG_FORMAT"}, Usage: "json or console"},
 		},
@@ -160,11 +159,8 @@ func serve(c *cli.Context) error {
 	if c.Duration("redis-flush-delay") < 0 || c.Duration("redis-flush-delay") > time.Millisecond {
 		return fmt.Errorf("--redis-flush-delay must be between 0 and 1ms")
 	}
-	if p := c.Int("redis-pipelines"); p < 0 || p > 256 || p&(p-1) != 0 {
-		return fmt.Errorf("--redis-pipelines must be 0 or a power of two up to 256")
-	}
 	store, err := sidecar.OpenStore(sidecar.StoreOptions{RedisURL: c.String("redis-url"), Timeout: timeout, Logger: log,
-		FlushDelay: c.Duration("redis-flush-delay"), Pipelines: c.Int("redis-pipelines")})
+		FlushDelay: c.Duration("redis-flush-delay")})
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/bits"
 	"net/url"
 	"strings"
 	"sync"
@@ -68,10 +67,6 @@ type StoreOptions struct {
 	// waits after a write for more commands to send in the next one. Zero
 	// writes at once.
 	FlushDelay time.Duration
-	// Pipelines is how many connections commands are pipelined over, per
-	// Redis node, rounded down to a power of two; zero lets rueidis choose
-	// (2 on 2 CPUs, 4 from 4 CPUs).
-	Pipelines int
 }
 
 // OpenStore parses the URL and starts connecting. A malformed URL is an
@@ -126,9 +121,6 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	// above the call deadline so --redis-timeout decides, not rueidis.
 	copt.ConnWriteTimeout = max(10*time.Second, 2*opts.Timeout)
 	copt.MaxFlushDelay = opts.FlushDelay
-	if opts.Pipelines > 0 {
-		copt.PipelineMultiplex = bits.Len(uint(opts.Pipelines)) - 1
-	}
 	s.wg.Add(1)
 	go s.run(ctx, copt, opts.ProbeInterval)
 	return s, nil

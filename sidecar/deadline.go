@@ -11,7 +11,9 @@ import (
 // CPU of the pipelined socket path in the profile of
 // BenchmarkSocketPipelined). A context made at t with deadline t+timeout
 // serves the requests that start until t+share, so a call's deadline is
-// between timeout-share and timeout away, never later.
+// between timeout-share and timeout away, never later. share is a
+// thousandth of the timeout (1ms for the default 1s), so at most about a
+// thousand contexts and timers are alive whatever the timeout.
 type sharedDeadline struct {
 	parent  context.Context
 	timeout time.Duration
@@ -28,7 +30,7 @@ type deadlineCtx struct {
 }
 
 func newSharedDeadline(parent context.Context, timeout time.Duration) *sharedDeadline {
-	return &sharedDeadline{parent: parent, timeout: timeout, share: min(time.Millisecond, timeout/100)}
+	return &sharedDeadline{parent: parent, timeout: timeout, share: max(timeout/1000, time.Microsecond)}
 }
 
 func (d *sharedDeadline) get(now time.Time) context.Context {

@@ -7,7 +7,7 @@ BIN        := bin/quotad
 SOCKET     ?= ./quotad.sock
 FUZZTIME   ?= 200000x
 
-.PHONY: help build run test fuzz lint test-deps clean cluster sentinel
+.PHONY: help build run test fuzz lint test-deps clean cluster sentinel bench
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ test: test-deps lint ## every test, with the race detector, plus a short fuzz ru
 fuzz: ## run each codec fuzz target for FUZZTIME executions (default 200000x; a duration such as 5m also works)
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./protocol/
 	$(GO) test -run='^$$' -fuzz='^FuzzLineReader$$' -fuzztime=$(FUZZTIME) ./protocol/
+
+bench: build ## measure quotad against an in-process client on a private redis-server (BENCH_DURATION=5s BENCH_ROUNDS=3)
+	$(GO) run ./integration/bench -quotad $(BIN)
 
 lint: ## gofmt and go vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -85,6 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			requestCommand("release", "free a concurrency lease (named by --request-id)"),
 			pingCommand(),
 			doctorCommand(),
+			benchCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",
@@ -122,6 +123,7 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-inflight-per-conn", Value: sidecar.DefaultMaxInflightPerConn, EnvVars: []string{"QUOTAD_MAX_INFLIGHT_PER_CONN"}, Usage: "requests of one connection in flight before reading pauses"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, EnvVars: []string{"QUOTAD_SHUTDOWN_TIMEOUT"}, Usage: "how long in-flight requests may finish after SIGTERM"},
 			&cli.BoolFlag{Name: "allow-inline", Value: true, EnvVars: []string{"QUOTAD_ALLOW_INLINE"}, Usage: "accept inline limit/window_ms; false allows named policies only"},
+			&cli.DurationFlag{Name: "redis-flush-delay", Value: sidecar.DefaultFlushDelay, EnvVars: []string{"QUOTAD_REDIS_FLUSH_DELAY"}, Usage: "how long a Redis connection waits after a write to gather the next batch of commands (0: write at once)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"QUOTAD_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "json", EnvVars: []string{"QUOTAD_LOG_FORMAT"}, Usage: "json or console"},
 			&cli.StringFlag{Name: "http-addr", EnvVars: []string{"QUOTAD_HTTP_ADDR"}, Usage: "host:port serving /metrics, /healthz and /readyz; empty serves no HTTP"},
@@ -171,9 +173,13 @@ func serve(c *cli.Context) error {
 	if err := sidecar.CheckLogDecisions(c.String("log-decisions")); err != nil {
 		return err
 	}
+	if c.Duration("redis-flush-delay") < 0 || c.Duration("redis-flush-delay") > time.Millisecond {
+		return fmt.Errorf("--redis-flush-delay must be between 0 and 1ms")
+	}
 	store, err := sidecar.OpenStore(sidecar.StoreOptions{
 		RedisURL: c.String("redis-url"), Timeout: timeout, Logger: log,
 		CAFile: c.String("redis-ca-file"), Password: c.String("redis-password"), PasswordFile: c.String("redis-password-file"),
+		FlushDelay: c.Duration("redis-flush-delay"),
 	})
 	if err != nil {
 		return err

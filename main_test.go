@@ -54,6 +54,8 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{[]string{"--log-format", "xml"}, "--log-format"},
 		{[]string{"--redis-timeout", "0s"}, "--redis-timeout"},
 		{[]string{"--config-poll", "0s"}, "--config-poll"},
+		{[]string{"--redis-flush-delay", "-1us"}, "--redis-flush-delay"},
+		{[]string{"--redis-flush-delay", "2ms"}, "--redis-flush-delay"},
 		{[]string{"--redis-url", "redis://user:hunter2@%zz:6379"}, "--redis-url"},
 		{[]string{"--socket", filepath.Join(dir, "nodir", "q.sock")}, "directory"},
 		{[]string{"--socket", "/tmp/" + strings.Repeat("x", 120)}, "at most 107"},
@@ -91,6 +93,25 @@ func TestClientCommandsRefuseArgumentsAfterTheSubject(t *testing.T) {
 		_, stderr, code := runCLI(t, append(args[:1:1], append([]string{"--socket", "/nonexistent/q.sock"}, args[1:]...)...)...)
 		if code != exitError || !strings.Contains(stderr, "unexpected arguments") {
 			t.Errorf("%v: code %d, stderr %q; want exit 1 naming the unexpected arguments", args, code, stderr)
+		}
+	}
+}
+
+func TestBenchRejectsBadSettings(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--conns", "0"}, "must be positive"},
+		{[]string{"--inflight", "-1"}, "must be positive"},
+		{[]string{"--duration", "0s"}, "must be positive"},
+		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--policy", "api", "--limit", "5"}, "not both"},
+	} {
+		args := append([]string{"bench", "--socket", "/nonexistent/q.sock", "--quiet"}, tc.args...)
+		_, stderr, code := runCLI(t, args...)
+		if code != exitError || !strings.Contains(stderr, tc.want) {
+			t.Errorf("bench %v: code %d, stderr %q; want exit 1 mentioning %q", tc.args, code, stderr, tc.want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,15 +20,35 @@ const readBufSize = 4 << 10
 const writeBufSize = 4 << 10
 
 // slot is one request's place in a connection's reply order. out is written
-// once, before done is closed.
+// once, before done is set. Slots and their reply buffers are reused.
 type slot struct {
 	req  protocol.Request
 	out  []byte
-	done chan struct{}
+	done atomic.Bool
 }
 
-// closedDone marks replies computed synchronously (errors, ping).
-var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+var slots = sync.Pool{New: func() any { return new(slot) }}
+
+func newSlot() *slot {
+	sl := slots.Get().(*slot)
+	sl.done.Store(false)
+	return sl
+}
+
+// doneSlot is a slot whose reply is computed synchronously (errors, ping).
+func doneSlot(out []byte) *slot {
+	sl := newSlot()
+	sl.out = out
+	sl.done.Store(true)
+	return sl
+}
+
+func freeSlot(sl *slot) {
+	if cap(sl.out) > 4<<10 {
+		sl.out = nil // keep no outsized buffer alive
+	}
+	slots.Put(sl)
+}
 
 // conn serves one client. One reader goroutine decodes lines and starts each
 // request; one writer goroutine writes the replies in request order. The
@@ -38,6 +59,9 @@ type conn struct {
 	s     *Server
 	nc    net.Conn
 	queue chan *slot
+	// wake gets a token whenever a request run on a worker is done; the
+	// writer waits on it for the slot at the head of the queue.
+	wake chan struct{}
 	// running counts requests started on their own goroutine whose reply is
 	// not computed yet. While a drain waits for them, the reader goes on
 	// reading, so that lines the client sends meanwhile are answered
@@ -46,7 +70,7 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{s: s, nc: nc, queue: make(chan *slot, s.opts.MaxInflightPerConn)}
+	return &conn{s: s, nc: nc, queue: make(chan *slot, s.opts.MaxInflightPerConn), wake: make(chan struct{}, 1)}
 }
 
 func (c *conn) serve() {
@@ -74,7 +98,7 @@ func (c *conn) readLoop() {
 	for {
 		line, err := lr.ReadLine()
 		if errors.Is(err, protocol.ErrTooLarge) {
-			c.queue <- &slot{out: protocol.AppendErr(nil, nil, err), done: closedDone}
+			c.queue <- doneSlot(protocol.AppendErr(nil, nil, err))
 			continue
 		}
 		if err != nil {
@@ -85,36 +109,55 @@ func (c *conn) readLoop() {
 		if isBlank(line) {
 			continue
 		}
-		c.queue <- c.start(line)
+		// A client with nothing in flight that sent nothing more waits for
+		// this reply before it sends again: run the request here rather
+		// than hand it to a worker (one goroutine switch less per request
+		// for one-at-a-time clients).
+		c.queue <- c.start(line, c.running.Load() == 0 && lr.Buffered() == 0)
 	}
 }
 
-// start decodes a line and, for requests that need Redis, runs them on
-// their own goroutine so one connection's requests execute concurrently.
-func (c *conn) start(line []byte) *slot {
-	sl := &slot{done: closedDone}
+// start decodes a line and, for requests that need Redis, runs them on a
+// worker so one connection's requests execute concurrently, or on the
+// reader itself when inline.
+func (c *conn) start(line []byte, inline bool) *slot {
+	sl := newSlot()
 	if err := protocol.Decode(line, &sl.req); err != nil {
-		sl.out = protocol.AppendErr(nil, sl.req.ID, err)
+		sl.out = protocol.AppendErr(sl.out[:0], sl.req.ID, err)
+		sl.done.Store(true)
 		return sl
 	}
 	if c.s.shutting.Load() {
-		sl.out = protocol.AppendError(nil, sl.req.ID, protocol.CodeShuttingDown, "the sidecar is shutting down: the request was not run")
+		sl.out = protocol.AppendError(sl.out[:0], sl.req.ID, protocol.CodeShuttingDown, "the sidecar is shutting down: the request was not run")
+		sl.done.Store(true)
 		return sl
 	}
 	if sl.req.Op == protocol.OpPing {
-		sl.out = c.s.handle(c.s.reqCtx, &sl.req, nil)
+		sl.out = c.s.handle(c.s.reqCtx, &sl.req, sl.out[:0])
+		sl.done.Store(true)
 		return sl
 	}
-	sl.done = make(chan struct{})
 	c.running.Add(1)
-	go func() {
-		sl.out = c.s.handle(c.s.reqCtx, &sl.req, nil)
-		close(sl.done)
-		if c.running.Add(-1) == 0 && c.s.shutting.Load() {
-			c.stopReading()
-		}
-	}()
+	if inline {
+		c.run(sl)
+	} else {
+		c.s.workers.run(job{c: c, sl: sl})
+	}
 	return sl
+}
+
+// run computes a slot's reply on a worker. Once done is set the writer may
+// reuse the slot, so sl is not touched after.
+func (c *conn) run(sl *slot) {
+	sl.out = c.s.handle(c.s.reqCtx, &sl.req, sl.out[:0])
+	sl.done.Store(true)
+	select {
+	case c.wake <- struct{}{}:
+	default: // a token is already waiting; the writer checks done again
+	}
+	if c.running.Add(-1) == 0 && c.s.shutting.Load() {
+		c.stopReading()
+	}
 }
 
 func (c *conn) writeLoop() {
@@ -123,21 +166,23 @@ func (c *conn) writeLoop() {
 	bw := bufio.NewWriterSize(c.nc, writeBufSize)
 	broken := false
 	for sl := range c.queue {
-		select {
-		case <-sl.done:
-		default:
+		if !sl.done.Load() {
 			// Send the replies already written before waiting on one that is
 			// not: they must not wait for a later request's Redis call.
 			if !broken && bw.Buffered() > 0 && bw.Flush() != nil {
 				broken = true
 				c.nc.Close()
 			}
-			<-sl.done
+			for !sl.done.Load() {
+				<-c.wake
+			}
 		}
 		if broken {
+			freeSlot(sl)
 			continue // keep draining so the reader is never blocked on the queue
 		}
 		_, err := bw.Write(sl.out)
+		freeSlot(sl)
 		if err == nil && len(c.queue) == 0 {
 			err = bw.Flush()
 		}

@@ -90,7 +90,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	}
 	// A caller's own short deadline says nothing about Redis's health.
 	shortened := timeout < s.opts.RedisTimeout
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := s.callContext(ctx, timeout)
 	defer cancel()
 	if l.algorithm != "" {
 		return s.decideAlgorithm(ctx, client, req, l, shortened, dst)
@@ -109,6 +109,14 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 		})
 	}
 
+	// A window known to be exhausted is denied here (see localdeny.go).
+	cfg := s.cfg.Load()
+	if req.RequestID == "" {
+		if reply, ok := s.deny.check(cfg, key, l, req.Cost, time.Now()); ok {
+			return protocol.AppendTake(dst, req.ID, l.applyShadow(reply))
+		}
+	}
+	sent := time.Now()
 	res, err := luascript.FixedWindowTake(ctx, client, luascript.TakeArgs{
 		Key: key, Limit: l.limit, WindowMS: l.windowMS, Cost: req.Cost,
 		RequestID: req.RequestID, Strict: strict, MaxRequestIDs: l.maxIDs,
@@ -122,6 +130,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	if err != nil {
 		return s.appendUndecided(dst, req, l, err)
 	}
+	s.deny.record(cfg, key, l, res.Allowed, res.Used, res.ResetMS, sent)
 	reply := protocol.TakeReply{
 		Allowed: res.Allowed, Replay: res.Replay, Limit: l.limit, Used: res.Used,
 		Remaining: max(l.limit-res.Used, 0), ResetMS: res.ResetMS,

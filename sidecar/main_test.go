@@ -114,7 +114,7 @@ type testServer struct {
 	serveErr error
 }
 
-func startServer(t *testing.T, opts Options) *testServer {
+func startServer(t testing.TB, opts Options) *testServer {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "qs")
 	if err != nil {

@@ -23,6 +23,12 @@ const (
 	DefaultMaxConns           = 10_000
 	DefaultMaxInflightPerConn = 128
 	DefaultRedisTimeout       = time.Second
+	// DefaultFlushDelay is the --redis-flush-delay default. Without it
+	// rueidis wrote to Redis each time its writer caught up with the
+	// workers, which was 31% of the CPU of BenchmarkSocketPipelined;
+	// 20us cut that benchmark's CPU per take by 30% and did not change
+	// BenchmarkSocketOneAtATime's (see the README's performance section).
+	DefaultFlushDelay = 20 * time.Microsecond
 )
 
 // Options configures a Server. Zero values take the defaults above.
@@ -66,7 +72,10 @@ type Server struct {
 	idle      chan struct{} // closed when shutting and no connection is left
 	idleOnce  sync.Once
 
-	healed atomic.Int64
+	healed    atomic.Int64
+	deny      *localDeny
+	workers   workers
+	deadlines *sharedDeadline
 
 	metrics   *metrics
 	readiness readiness
@@ -102,8 +111,11 @@ func NewServer(opts Options) *Server {
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 		idle:      make(chan struct{}),
+		deny:      newLocalDeny(DefaultLocalDenyEntries),
+		workers:   workers{maxIdle: defaultMaxIdleWorkers},
 	}
 	s.cfg.Store(opts.Config)
+	s.deadlines = newSharedDeadline(ctx, opts.RedisTimeout)
 	s.metrics = newMetrics(s)
 	return s
 }
@@ -250,6 +262,7 @@ func (s *Server) stop(each func(*conn)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shutting.Store(true)
+	s.workers.close()
 	for l := range s.listeners {
 		l.Close()
 	}

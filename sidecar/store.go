@@ -80,6 +80,10 @@ type StoreOptions struct {
 	// and a trailing newline is dropped.
 	Password     string
 	PasswordFile string
+	// FlushDelay is rueidis's MaxFlushDelay: how long a connection's writer
+	// waits after a write for more commands to send in the next one. Zero
+	// writes at once.
+	FlushDelay time.Duration
 }
 
 // OpenStore parses the URL and starts connecting. A malformed URL is an
@@ -129,6 +133,7 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	// rueidis closes a connection whose replies are this late; keep that
 	// above the call deadline so --redis-timeout decides, not rueidis.
 	copt.ConnWriteTimeout = max(10*time.Second, 2*opts.Timeout)
+	copt.MaxFlushDelay = opts.FlushDelay
 	s.wg.Add(1)
 	go s.run(ctx, copt, opts.ProbeInterval)
 	return s, nil

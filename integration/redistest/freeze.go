@@ -23,16 +23,6 @@ func (s *Server) Thaw(t testing.TB) {
 	s.signal(t, syscall.SIGCONT)
 }
 
-// Pid is the process id of the running redis-server, 0 if it is stopped.
-func (s *Server) Pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return 0
-	}
-	return s.proc.cmd.Process.Pid
-}
-
 func (s *Server) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	if err := s.send(sig); err != nil {

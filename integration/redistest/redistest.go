@@ -79,23 +79,9 @@ type process struct {
 // The server is stopped when the test ends.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	s, err := launch(t.TempDir(), t.TempDir(), opts)
 	if err != nil {
-		t.Fatalf("redis-server not found on PATH (%v); run `make test`, which installs it", err)
-	}
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
-	}
-	s := &Server{
-		bin:     bin,
-		dir:     t.TempDir(),
-		logPath: filepath.Join(t.TempDir(), "redis.log"),
-		extra:   cfg.args,
-		tls:     cfg.tls,
-		conf:    cfg.conf,
-		sentin:  cfg.sentinel,
-		cluster: cfg.cluster,
+		t.Fatalf("%v", err)
 	}
 	t.Cleanup(func() {
 		s.closeShared()
@@ -103,23 +89,66 @@ func Start(t testing.TB, opts ...Option) *Server {
 			t.Errorf("stop redis-server: %v", err)
 		}
 	})
+	return s
+}
 
+// Launch is Start for programs that are not tests, such as the benchmark
+// driver: the server keeps its data in dir and runs until Close.
+func Launch(dir string, opts ...Option) (*Server, error) {
+	return launch(dir, dir, opts)
+}
+
+// Close stops a server started by Launch.
+func (s *Server) Close() error {
+	s.closeShared()
+	return s.stop()
+}
+
+// Pid is the process id of the running redis-server, 0 when stopped.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.cmd.Process.Pid
+}
+
+func launch(dataDir, logDir string, opts []Option) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server not found on PATH (%v); run `make test`, which installs it", err)
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &Server{
+		bin:     bin,
+		dir:     dataDir,
+		logPath: filepath.Join(logDir, "redis.log"),
+		extra:   cfg.args,
+		tls:     cfg.tls,
+		conf:    cfg.conf,
+		sentin:  cfg.sentinel,
+		cluster: cfg.cluster,
+	}
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
-			t.Fatalf("pick a free port: %v", err)
+			return nil, fmt.Errorf("pick a free port: %w", err)
 		}
 		tlsPort := 0
 		if s.tls != nil {
 			if tlsPort, err = freePort(); err != nil {
-				t.Fatalf("pick a free port: %v", err)
+				return nil, fmt.Errorf("pick a free port: %w", err)
 			}
 		}
 		busPort := 0
 		if s.cluster {
 			// Not port+10000, Redis's default: that can exceed 65535.
 			if busPort, err = freePort(); err != nil {
-				t.Fatalf("pick a free port: %v", err)
+				return nil, fmt.Errorf("pick a free port: %w", err)
 			}
 		}
 		s.mu.Lock()
@@ -128,10 +157,10 @@ func Start(t testing.TB, opts ...Option) *Server {
 		s.tlsPort, s.busPort = tlsPort, busPort
 		err = s.start()
 		if err == nil {
-			return s
+			return s, nil
 		}
 		if attempt == startAttempts {
-			t.Fatalf("start redis-server: %v\n%s", err, s.log())
+			return nil, fmt.Errorf("start redis-server: %w\n%s", err, s.log())
 		}
 	}
 }

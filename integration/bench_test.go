@@ -1,0 +1,56 @@
+package integration_test
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"quotad/integration/redistest"
+)
+
+// TestBenchCommandDrivesARealSidecar runs `quotad bench` briefly: the
+// decisions it counts are ones Redis recorded, and denials show up once the
+// few subjects run out. It measures nothing; make bench does.
+func TestBenchCommandDrivesARealSidecar(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	sc := startSidecar(t, r.URL())
+	stdout, stderr, code := sc.cli(t, "bench", "--duration", "300ms", "--conns", "2", "--inflight", "4",
+		"--subjects", "3", "--subject-prefix", "b-", "--limit", "5", "--window-ms", "60000", "--request-ids")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "2 connections x 4 in flight") {
+		t.Errorf("stderr does not describe the run: %q", stderr)
+	}
+	num := func(name string) int64 {
+		t.Helper()
+		m := regexp.MustCompile(`\b` + name + ` (\d+)`).FindStringSubmatch(stdout)
+		if m == nil {
+			t.Fatalf("no %q count in\n%s", name, stdout)
+		}
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		return n
+	}
+	// Three subjects with a limit of 5 accept exactly 15 takes of cost 1.
+	if allowed, denied, errs := num("allowed"), num("denied"), num("error"); allowed != 15 || denied == 0 || errs != 0 {
+		t.Fatalf("allowed %d denied %d error %d, want 15, some and 0\n%s", allowed, denied, errs, stdout)
+	}
+	for _, s := range []string{"b-0", "b-1", "b-2"} {
+		if used := redisString(t, r, "HGET", sc.prefix+"fw:{i:"+s+"}", "used"); used != "5" {
+			t.Errorf("subject %s: used %q in Redis, want 5", s, used)
+		}
+	}
+	if !strings.Contains(stdout, "decisions/s") || !strings.Contains(stdout, "p99.9") {
+		t.Errorf("no rate or latency in\n%s", stdout)
+	}
+}
+
+func TestBenchCommandNeedsASidecar(t *testing.T) {
+	t.Parallel()
+	_, stderr, code := cli(t, "bench", "--socket", socketPath(t), "--duration", "100ms")
+	if code != 1 || !strings.Contains(stderr, "connect") {
+		t.Fatalf("exit %d, stderr %q; want 1 and a connect error", code, stderr)
+	}
+}

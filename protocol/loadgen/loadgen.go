@@ -1,0 +1,379 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"quotad/protocol"
+)
+
+// Config describes one load run. Zero values take the defaults noted.
+type Config struct {
+	Socket   string
+	Conns    int           // client connections; default 1
+	InFlight int           // requests each connection keeps outstanding; default 1
+	Duration time.Duration // how long requests are sent; default 10s
+	// Subjects is how many distinct subjects the takes spread over, chosen
+	// at random per request; default 1000.
+	Subjects int
+	// SubjectPrefix starts every subject, so that runs need not share
+	// windows; default "bench-".
+	SubjectPrefix string
+	// Policy names a policy of the sidecar's config; otherwise Limit and
+	// WindowMS are sent inline.
+	Policy   string
+	Limit    int64
+	WindowMS int64
+	Cost     int64 // default 1
+	// RequestIDs gives every take a unique request_id.
+	RequestIDs bool
+	// Progress, when not nil, gets one line per ProgressEvery (default 1s)
+	// while the run lasts.
+	Progress      io.Writer
+	ProgressEvery time.Duration
+}
+
+func (c *Config) defaults() error {
+	c.Conns = max(c.Conns, 1)
+	c.InFlight = max(c.InFlight, 1)
+	if c.Duration <= 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.Subjects <= 0 {
+		c.Subjects = 1000
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = "bench-"
+	}
+	if c.Cost <= 0 {
+		c.Cost = 1
+	}
+	if c.ProgressEvery <= 0 {
+		c.ProgressEvery = time.Second
+	}
+	switch {
+	case c.Socket == "":
+		return errors.New("loadgen: a socket path is required")
+	case c.Policy == "" && (c.Limit <= 0 || c.WindowMS <= 0):
+		return errors.New("loadgen: give a policy, or an inline limit and window_ms")
+	case c.Policy != "" && (c.Limit != 0 || c.WindowMS != 0):
+		return errors.New("loadgen: give a policy or inline limits, not both")
+	}
+	return nil
+}
+
+// Result is what the clients saw.
+type Result struct {
+	Replies  int64 // replies read, of every kind
+	Elapsed  time.Duration
+	Allowed  int64 // accepted takes, replays excluded
+	Replays  int64
+	Denied   int64
+	Errors   map[protocol.Code]int64 // error replies by code
+	P50, P90 time.Duration           // latency from writing a line to reading its reply
+	P99      time.Duration
+	P999     time.Duration
+}
+
+// Rate is replies per second.
+func (r Result) Rate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Replies) / r.Elapsed.Seconds()
+}
+
+// ErrorCount is the number of error replies.
+func (r Result) ErrorCount() int64 {
+	var n int64
+	for _, c := range r.Errors {
+		n += c
+	}
+	return n
+}
+
+// WriteText prints the result for people.
+func (r Result) WriteText(w io.Writer) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "decisions  %d in %.2fs: %.0f decisions/s\n", r.Replies, r.Elapsed.Seconds(), r.Rate())
+	fmt.Fprintf(&b, "latency    p50 %v  p90 %v  p99 %v  p99.9 %v\n", r.P50, r.P90, r.P99, r.P999)
+	fmt.Fprintf(&b, "results    allowed %d  denied %d  replay %d  error %d\n", r.Allowed, r.Denied, r.Replays, r.ErrorCount())
+	codes := make([]string, 0, len(r.Errors))
+	for c := range r.Errors {
+		codes = append(codes, string(c))
+	}
+	sort.Strings(codes)
+	for _, c := range codes {
+		fmt.Fprintf(&b, "  error    %-16s %d\n", c, r.Errors[protocol.Code(c)])
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// Run opens cfg.Conns connections, keeps cfg.InFlight takes outstanding on
+// each for cfg.Duration, then reads the last replies and returns the
+// counts. A connection that fails ends the run with an error; the result
+// still holds what was counted. Cancelling ctx stops sending early.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return Result{}, err
+	}
+	clients := make([]*client, cfg.Conns)
+	for i := range clients {
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, "unix", cfg.Socket)
+		if err != nil {
+			for _, c := range clients[:i] {
+				c.nc.Close()
+			}
+			return Result{}, fmt.Errorf("loadgen: connect to %s: %w", cfg.Socket, err)
+		}
+		clients[i] = newClient(&cfg, i, nc)
+	}
+
+	// A cancelled run must not wait for a sidecar that stopped answering.
+	stopClose := context.AfterFunc(ctx, func() {
+		for _, c := range clients {
+			c.nc.Close()
+		}
+	})
+	defer stopClose()
+	start := time.Now()
+	runCtx, cancel := context.WithDeadline(ctx, start.Add(cfg.Duration))
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Add(2)
+		go func() { defer wg.Done(); c.writeLoop(runCtx) }()
+		go func() { defer wg.Done(); c.readLoop() }()
+	}
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		progress(&cfg, clients, start, stopProgress)
+	}()
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(stopProgress)
+	<-progressDone
+
+	res := Result{Elapsed: elapsed, Errors: map[protocol.Code]int64{}}
+	var h histogram
+	var errs []error
+	for _, c := range clients {
+		c.nc.Close()
+		res.Replies += c.replies.Load()
+		res.Allowed += c.allowed
+		res.Replays += c.replays
+		res.Denied += c.denied
+		for code, n := range c.errors {
+			res.Errors[code] += n
+		}
+		h.merge(&c.lat)
+		if c.err != nil {
+			errs = append(errs, c.err)
+		}
+	}
+	res.P50, res.P90, res.P99, res.P999 = h.quantile(0.50), h.quantile(0.90), h.quantile(0.99), h.quantile(0.999)
+	return res, errors.Join(errs...)
+}
+
+func progress(cfg *Config, clients []*client, start time.Time, stop <-chan struct{}) {
+	if cfg.Progress == nil {
+		return
+	}
+	t := time.NewTicker(cfg.ProgressEvery)
+	defer t.Stop()
+	var last int64
+	lastAt := start
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			var n, bad int64
+			for _, c := range clients {
+				n += c.replies.Load()
+				bad += c.bad.Load()
+			}
+			rate := float64(n-last) / now.Sub(lastAt).Seconds()
+			fmt.Fprintf(cfg.Progress, "%6.1fs  %9.0f decisions/s  %10d replies  %d errors\n", now.Sub(start).Seconds(), rate, n, bad)
+			last, lastAt = n, now
+		}
+	}
+}
+
+// client is one connection: a writer that keeps up to InFlight requests
+// outstanding and a reader that matches replies to them by order.
+type client struct {
+	cfg  *Config
+	id   int
+	nc   *net.UnixConn
+	rng  *rand.Rand
+	room chan struct{}  // one token per request that may still be sent
+	sent chan time.Time // send times of outstanding requests, oldest first
+
+	replies atomic.Int64
+	bad     atomic.Int64 // error replies, for the progress line
+	// Owned by the reader until Run merges them.
+	allowed, replays, denied int64
+	errors                   map[protocol.Code]int64
+	lat                      histogram
+	err                      error
+}
+
+func newClient(cfg *Config, id int, nc net.Conn) *client {
+	c := &client{
+		cfg:    cfg,
+		id:     id,
+		nc:     nc.(*net.UnixConn),
+		rng:    rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano()))),
+		room:   make(chan struct{}, cfg.InFlight),
+		sent:   make(chan time.Time, cfg.InFlight),
+		errors: map[protocol.Code]int64{},
+	}
+	for range cfg.InFlight {
+		c.room <- struct{}{}
+	}
+	return c
+}
+
+// writeLoop sends as many requests as there is room for in one write, as a
+// pipelining client does. When the run ends it shuts its half of the
+// connection: the sidecar answers what it read and closes, which ends the
+// reader after the last reply.
+func (c *client) writeLoop(ctx context.Context) {
+	defer func() { _ = c.nc.CloseWrite() }()
+	var buf []byte
+	var seq uint64
+	for {
+		select {
+		case <-c.room:
+		case <-ctx.Done():
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		n := 1
+	more:
+		for n < c.cfg.InFlight {
+			select {
+			case <-c.room:
+				n++
+			default:
+				break more
+			}
+		}
+		buf = buf[:0]
+		for range n {
+			seq++
+			buf = c.appendTake(buf, seq)
+		}
+		now := time.Now()
+		for range n {
+			c.sent <- now // never blocks: room bounds what is outstanding
+		}
+		if _, err := c.nc.Write(buf); err != nil {
+			return // the reader sees the connection fail and reports it
+		}
+	}
+}
+
+func (c *client) appendTake(buf []byte, seq uint64) []byte {
+	buf = append(buf, `{"op":"take","subject":"`...)
+	buf = append(buf, c.cfg.SubjectPrefix...)
+	buf = strconv.AppendUint(buf, c.rng.Uint64N(uint64(c.cfg.Subjects)), 10)
+	buf = append(buf, '"')
+	if c.cfg.Policy != "" {
+		buf = append(buf, `,"policy":"`...)
+		buf = append(buf, c.cfg.Policy...)
+		buf = append(buf, '"')
+	} else {
+		buf = append(buf, `,"limit":`...)
+		buf = strconv.AppendInt(buf, c.cfg.Limit, 10)
+		buf = append(buf, `,"window_ms":`...)
+		buf = strconv.AppendInt(buf, c.cfg.WindowMS, 10)
+	}
+	if c.cfg.Cost != 1 {
+		buf = append(buf, `,"cost":`...)
+		buf = strconv.AppendInt(buf, c.cfg.Cost, 10)
+	}
+	if c.cfg.RequestIDs {
+		buf = append(buf, `,"request_id":"`...)
+		buf = append(buf, c.cfg.SubjectPrefix...)
+		buf = strconv.AppendInt(buf, int64(c.id), 36)
+		buf = append(buf, '-')
+		buf = strconv.AppendUint(buf, seq, 36)
+		buf = append(buf, '"')
+	}
+	return append(buf, "}\n"...)
+}
+
+func (c *client) readLoop() {
+	lr := protocol.NewLineReader(c.nc, 64<<10, 1<<20)
+	for {
+		line, err := lr.ReadLine()
+		if err != nil {
+			if n := len(c.sent); n > 0 || !errors.Is(err, io.EOF) {
+				c.err = fmt.Errorf("loadgen: connection %d: read with %d replies outstanding: %w", c.id, n, err)
+			}
+			return
+		}
+		var at time.Time
+		select {
+		case at = <-c.sent:
+		default:
+			c.err = fmt.Errorf("loadgen: connection %d: a reply to no request: %q", c.id, line)
+			return
+		}
+		c.lat.record(time.Since(at))
+		c.count(line)
+		c.replies.Add(1)
+		c.room <- struct{}{}
+	}
+}
+
+var (
+	okTrue      = []byte(`"ok":true`)
+	allowedTrue = []byte(`"allowed":true`)
+	replayTrue  = []byte(`"replay":true`)
+	errorField  = []byte(`"error":"`)
+)
+
+// count classifies a reply by the fields the sidecar writes in a fixed
+// order (see protocol.AppendTake), without decoding the JSON.
+func (c *client) count(line []byte) {
+	switch {
+	case bytes.Contains(line, okTrue):
+		switch {
+		case bytes.Contains(line, replayTrue):
+			c.replays++
+		case bytes.Contains(line, allowedTrue):
+			c.allowed++
+		default:
+			c.denied++
+		}
+	default:
+		c.bad.Add(1)
+		code := protocol.Code("MALFORMED_REPLY")
+		if i := bytes.Index(line, errorField); i >= 0 {
+			rest := line[i+len(errorField):]
+			if j := bytes.IndexByte(rest, '"'); j >= 0 {
+				code = protocol.Code(rest[:j])
+			}
+		}
+		c.errors[code]++
+	}
+}

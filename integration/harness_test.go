@@ -179,13 +179,19 @@ func startSidecar(t *testing.T, redisURL string, extraArgs ...string) *sidecarPr
 // launchSidecar starts `quotad serve` on socket without waiting for it.
 func launchSidecar(t *testing.T, socket, redisURL string, extraArgs ...string) *sidecarProc {
 	t.Helper()
+	return launchSidecarEnv(t, socket, redisURL, nil, extraArgs...)
+}
+
+// launchSidecarEnv is launchSidecar with extra environment variables.
+func launchSidecarEnv(t *testing.T, socket, redisURL string, env []string, extraArgs ...string) *sidecarProc {
+	t.Helper()
 	p := &sidecarProc{socket: socket, prefix: keyPrefix(t), done: make(chan struct{})}
 	args := []string{"serve", "--socket", socket, "--key-prefix", p.prefix, "--log-format", "json"}
 	if redisURL != "" {
 		args = append(args, "--redis-url", redisURL)
 	}
 	p.cmd = exec.Command(quotadBin, append(args, extraArgs...)...)
-	p.cmd.Env = cleanEnv()
+	p.cmd.Env = cleanEnv(env...)
 	p.cmd.Stdout = &p.out
 	p.cmd.Stderr = &p.out
 	if err := p.cmd.Start(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,32 +218,4 @@ func keySlot(key string) int {
 		}
 	}
 	return int(crc) % 16384
-}
-
-// launchSidecarEnv is launchSidecar with extra environment variables.
-func launchSidecarEnv(t *testing.T, socket, redisURL string, env []string, extraArgs ...string) *sidecarProc {
-	t.Helper()
-	p := &sidecarProc{socket: socket, prefix: keyPrefix(t), done: make(chan struct{})}
-	args := []string{"serve", "--socket", socket, "--key-prefix", p.prefix, "--log-format", "json"}
-	if redisURL != "" {
-		args = append(args, "--redis-url", redisURL)
-	}
-	p.cmd = exec.Command(quotadBin, append(args, extraArgs...)...)
-	p.cmd.Env = cleanEnv(env...)
-	p.cmd.Stdout = &p.out
-	p.cmd.Stderr = &p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start quotad serve: %v", err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.stop(t)
-		if t.Failed() {
-			t.Logf("log of the sidecar on %s:\n%s", socket, p.out.String())
-		}
-	})
-	return p
 }

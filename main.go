@@ -375,7 +375,9 @@ func doctorCommand() *cli.Command {
 		Description: fmt.Sprintf("Uses SCAN, never KEYS. Exits %d when it finds a key without a TTL or of the wrong type, even one --fix repaired.", exitDoctor),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"QUOTAD_REDIS_URL"}, Usage: "the Redis the sidecars use (same syntax as serve's)"},
-			&cli.StringFlag{Name: "redis-password", EnvVars: []string{"QUOTAD_REDIS_PASSWORD"}, Usage: "password, replacing the URL's"},
+			&cli.StringFlag{Name: "redis-ca-file", EnvVars: []string{"QUOTAD_REDIS_CA_FILE"}, Usage: "PEM file of the CAs for a rediss:// URL (as serve's)"},
+			&cli.StringFlag{Name: "redis-password", EnvVars: []string{"QUOTAD_REDIS_PASSWORD"}, Usage: "the Redis password, if not in the URL nor in --redis-password-file (as serve's)"},
+			&cli.StringFlag{Name: "redis-password-file", EnvVars: []string{"QUOTAD_REDIS_PASSWORD_FILE"}, Usage: "file holding the Redis password (as serve's)"},
 			&cli.StringFlag{Name: "key-prefix", Value: "quotad:", EnvVars: []string{"QUOTAD_KEY_PREFIX"}, Usage: "the sidecars' --key-prefix"},
 			&cli.BoolFlag{Name: "fix", Usage: "give keys without a TTL one: the window's own length, else --default-ttl"},
 			&cli.DurationFlag{Name: "default-ttl", Value: sidecar.DefaultDoctorTTL, Usage: "TTL --fix gives a key that records no window length"},
@@ -390,7 +392,10 @@ func doctorCommand() *cli.Command {
 			if c.Duration("default-ttl") < time.Millisecond {
 				return &exitErr{code: exitError, err: errors.New("--default-ttl must be at least 1ms")}
 			}
-			client, err := sidecar.OpenDoctorClient(c.String("redis-url"), c.String("redis-password"))
+			client, err := sidecar.OpenDoctorClient(sidecar.StoreOptions{
+				RedisURL: c.String("redis-url"), CAFile: c.String("redis-ca-file"),
+				Password: c.String("redis-password"), PasswordFile: c.String("redis-password-file"),
+			})
 			if err != nil {
 				return err
 			}

@@ -1,7 +1,9 @@
 package integration_test
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,12 +60,18 @@ func TestTLSBadCertificateIsReported(t *testing.T) {
 // password put in.
 func readmeACL(t *testing.T, keyPattern, password string) []string {
 	t.Helper()
+	return readmeACLFor(t, "quotad", keyPattern, password)
+}
+
+// readmeACLFor is readmeACL for the README's line of another user.
+func readmeACLFor(t *testing.T, user, keyPattern, password string) []string {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "ACL SETUSER quotad ") {
+		if strings.HasPrefix(line, "ACL SETUSER "+user+" ") {
 			args := strings.Fields(line)
 			for i, a := range args {
 				switch a {
@@ -76,7 +84,7 @@ func readmeACL(t *testing.T, keyPattern, password string) []string {
 			return args
 		}
 	}
-	t.Fatal("README.md documents no line starting with ACL SETUSER quotad")
+	t.Fatalf("README.md documents no line starting with ACL SETUSER %s", user)
 	return nil
 }
 
@@ -231,4 +239,26 @@ func TestServeHelpSaysHowTheURLSelectsTheTopology(t *testing.T) {
 			t.Errorf("serve --help (exit %d) does not mention %s:\n%s", code, want, stdout)
 		}
 	}
+}
+
+// TestDoctorAsTheREADMEDoctorUser runs quotad doctor --fix as the README's
+// doctor user: it finds and repairs a key without a TTL, and Redis denied
+// it nothing.
+func TestDoctorAsTheREADMEDoctorUser(t *testing.T) {
+	r := redistest.Start(t)
+	redisOK(t, r, readmeACLFor(t, "quotad-doctor", "it:*", aclPassword)...)
+	redisOK(t, r, "ACL", "LOG", "RESET")
+	prefix := keyPrefix(t)
+	redisOK(t, r, "HSET", prefix+"fw:{p:api:locked}", "used", "5", "policy", "5:60000")
+	cmd := exec.Command(quotadBin, "doctor", "--redis-url", "redis://quotad-doctor@"+r.Addr(), "--key-prefix", prefix, "--fix")
+	cmd.Env = cleanEnv("QUOTAD_REDIS_PASSWORD=" + aclPassword)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("quotad doctor --fix: %v, want exit 3 (a problem found and repaired)\n%s", err, out)
+	}
+	if ttl, err := r.Do(t, "PTTL", prefix+"fw:{p:api:locked}").AsInt64(); err != nil || ttl <= 0 || ttl > 60000 {
+		t.Fatalf("PTTL after doctor --fix = %d, %v: want the window's own 60000 ms at most\n%s", ttl, err, out)
+	}
+	wantNoACLDenials(t, r)
 }

@@ -16,7 +16,8 @@ import (
 // line. A script that does not compile never ran, so the call is repeated
 // with the line left out, by plain EVALSHA (miniredis refuses TIME inside
 // EVALSHA_RO): one wasted in-process round trip on the embedded store, none
-// on Redis 7. Redis 6, which predates the flags line, takes the same path.
+// on Redis 7. Redis 6, which has neither the flags line nor EVALSHA_RO,
+// answers "unknown command" and takes the same path.
 type readOnlyScript struct {
 	flagged *rueidis.Lua
 	plain   *rueidis.Lua
@@ -41,7 +42,7 @@ func withoutFlags(src string) string {
 
 func (s readOnlyScript) Exec(ctx context.Context, c rueidis.Client, keys, args []string) rueidis.RedisResult {
 	res := s.flagged.Exec(ctx, c, keys, args)
-	if re, ok := rueidis.IsRedisErr(res.Error()); ok && strings.HasPrefix(re.Error(), "Error compiling script") {
+	if re, ok := rueidis.IsRedisErr(res.Error()); ok && (strings.HasPrefix(re.Error(), "Error compiling script") || strings.HasPrefix(re.Error(), "ERR unknown command")) {
 		return s.plain.Exec(ctx, c, keys, args)
 	}
 	return res

@@ -29,15 +29,15 @@ type Reply struct {
 	Version      string          `json:"version"`
 	Error        Code            `json:"error"`
 	Message      string          `json:"message"`
-	Degraded     bool            `json:"degraded"`
-	RedisError   string          `json:"redis_error,omitempty"`
-	LeaseMS      int64           `json:"lease_ms"`
-	Released     bool            `json:"released"`
 
 	// Added to the protocol after its first version; see PROTOCOL.md.
-	Shadow        bool `json:"shadow"`
-	ShadowAllowed bool `json:"shadow_allowed"`
-	Ready         bool `json:"ready"`
+	Degraded      bool   `json:"degraded"`
+	RedisError    string `json:"redis_error,omitempty"`
+	LeaseMS       int64  `json:"lease_ms"`
+	Released      bool   `json:"released"`
+	Shadow        bool   `json:"shadow"`
+	ShadowAllowed bool   `json:"shadow_allowed"`
+	Ready         bool   `json:"ready"`
 }
 
 // Err returns the reply's error as an *Error, or nil for an ok reply.

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"errors"
 	"os"
 	"runtime"
 	"strconv"
@@ -8,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 
 	"quotad/integration/redistest"
 	"quotad/protocol"
@@ -246,4 +249,24 @@ func redisString(t *testing.T, r *redistest.Server, args ...string) string {
 		t.Fatalf("redis %v: %v", args, err)
 	}
 	return s
+}
+
+// Only the probe closes an open breaker: a call answered late, after the
+// breaker opened, leaves it open and keeps the reason Redis is down.
+func TestLateAnswerNeverClosesTheBreaker(t *testing.T) {
+	st := &Store{kind: StoreRedis, log: zap.NewNop()}
+	st.damper.every = time.Second
+	st.setUp(true, true, nil)
+	st.Observe(errors.New("connection reset"))
+	if st.Up() {
+		t.Fatal("a transport error left the breaker closed")
+	}
+	st.Observe(nil)
+	if st.Up() || st.LastError() == nil {
+		t.Fatalf("a late answer closed the breaker (up %v) or cleared why it opened (%v)", st.Up(), st.LastError())
+	}
+	st.setUp(true, true, nil)
+	if !st.Up() || st.LastError() != nil {
+		t.Fatalf("the probe did not close the breaker (up %v, last error %v)", st.Up(), st.LastError())
+	}
 }

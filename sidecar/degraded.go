@@ -63,5 +63,7 @@ func (s *Server) appendUndecided(dst []byte, req *protocol.Request, l limits, er
 		// The earliest the sidecar may know more: its next probe of Redis.
 		reply.RetryAfterMS = max(s.store.ProbeInterval().Milliseconds(), 1)
 	}
-	return protocol.AppendTake(dst[:n], req.ID, reply)
+	// A shadow policy still never refuses: its degraded verdict goes to
+	// shadow_allowed like a real one.
+	return protocol.AppendTake(dst[:n], req.ID, l.applyShadow(reply))
 }

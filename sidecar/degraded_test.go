@@ -68,6 +68,11 @@ policies:
     limit: 5
     lease: 30s
     on_unavailable: deny
+  trial_closed:
+    limit: 5
+    window: 1m
+    mode: shadow
+    on_unavailable: deny
 `
 
 // checkDegraded checks a take answered by on_unavailable: ok, the mode's
@@ -126,6 +131,9 @@ func TestOnUnavailableAnswersDegradedTakes(t *testing.T) {
 		checkDegraded(t, o.name+", deny", c.callRaw(`{"op":"take","id":2,"subject":"s","policy":"closed","cost":2}`), false)
 		checkDegraded(t, o.name+", token bucket, allow", c.callRaw(`{"op":"take","id":4,"subject":"s","policy":"bucket_open"}`), true)
 		checkDegraded(t, o.name+", concurrency, deny", c.callRaw(`{"op":"take","id":5,"subject":"s","policy":"leases_closed","request_id":"l1"}`), false)
+		if line := c.callRaw(`{"op":"take","id":6,"subject":"s","policy":"trial_closed"}`); !strings.HasSuffix(line, `,"retry_after_ms":0,"shadow":true,"shadow_allowed":false,"degraded":true}`) || !decodeReply(t, line).Allowed {
+			t.Fatalf("%s, shadow with deny: got %s, want allowed, shadow_allowed false, degraded", o.name, line)
+		}
 		checkCode(t, o.name+", error", c.call(`{"op":"take","subject":"s","policy":"plain"}`), protocol.CodeUnavailable)
 		checkCode(t, o.name+", inline", c.call(inlineTake("3", "s", 5, "")), protocol.CodeUnavailable)
 		// A peek reports usage; there is none to make up.

@@ -378,23 +378,20 @@ func (r *DoctorReport) WriteText(w io.Writer) error {
 	return tw.Flush()
 }
 
-// OpenDoctorClient connects to the Redis at redisURL (the syntax of
-// --redis-url) for Doctor; password, when set, replaces the URL's.
-func OpenDoctorClient(redisURL, password string) (rueidis.Client, error) {
-	if redisURL == "" {
+// OpenDoctorClient connects to the Redis that opts.RedisURL names, with the
+// same URL syntax, TLS CA file and password sources as serve.
+func OpenDoctorClient(opts StoreOptions) (rueidis.Client, error) {
+	if opts.RedisURL == "" {
 		return nil, fmt.Errorf("--redis-url is required: doctor inspects a real Redis")
 	}
-	copt, err := rueidis.ParseURL(redisURL)
+	copt, err := redisClientOption(opts)
 	if err != nil {
-		return nil, fmt.Errorf("parse --redis-url %s: not a valid URL", RedactURL(redisURL))
-	}
-	if password != "" {
-		copt.Password = password
+		return nil, err
 	}
 	copt.DisableCache = true
 	c, err := rueidis.NewClient(copt)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", RedactURL(redisURL), err)
+		return nil, fmt.Errorf("connect to %s: %w", RedactURL(opts.RedisURL), describeRedisErr(err))
 	}
 	return c, nil
 }

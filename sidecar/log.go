@@ -22,7 +22,6 @@ const (
 	keyMaxConns    = "max_conns"
 	keyBackoff     = "backoff"
 	keyOp          = "op"
-	keyCode        = "code"
 	keyInflight    = "inflight"
 	keyVersion     = "version"
 	keyTimeout     = "redis_timeout"

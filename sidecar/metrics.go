@@ -185,7 +185,8 @@ func (s *Server) observeRequest(req *protocol.Request, start time.Time, offset i
 	if m.decisionLog == nil {
 		return
 	}
-	denied := result == resultDenied || result == resultShadowDenied
+	denied := result == resultDenied || result == resultShadowDenied ||
+		result == resultDegraded && (bytes.Contains((*out)[offset:], []byte(`"allowed":false`)) || bytes.Contains((*out)[offset:], []byte(`"shadow_allowed":false`)))
 	if !denied && !m.logAll {
 		return
 	}

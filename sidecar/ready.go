@@ -38,7 +38,8 @@ func (s *Server) ready(ctx context.Context) error { return s.checkReady(ctx, fal
 
 // checkReady is ready; fresh loads the scripts whatever a recent check
 // found (for /readyz, which runs on its own goroutine, not a connection's
-// reader). Only one caller loads at a time; the others are told so.
+// reader). Only one caller loads at a time; the others get the last load's
+// verdict.
 func (s *Server) checkReady(ctx context.Context, fresh bool) error {
 	if s.shutting.Load() {
 		return errDraining
@@ -55,6 +56,11 @@ func (s *Server) checkReady(ctx context.Context, fresh bool) error {
 		return nil
 	}
 	if !s.readiness.loading.TryLock() {
+		// Another check is loading right now: a load that succeeded before
+		// it still vouches, so two probes that meet do not read "not ready".
+		if s.readiness.loadedAt.Load() != 0 {
+			return nil
+		}
 		return errLoadingLua
 	}
 	defer s.readiness.loading.Unlock()

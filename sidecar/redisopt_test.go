@@ -107,7 +107,7 @@ func TestRedisSentinelOptionFromURL(t *testing.T) {
 // unknown.
 func TestNotConnectedIsNotATimeout(t *testing.T) {
 	st := &Store{kind: StoreRedis, log: zap.NewNop()}
-	st.setUp(false, context.DeadlineExceeded)
+	st.setUp(false, false, context.DeadlineExceeded)
 	_, err := st.Client()
 	if !errors.Is(err, ErrNotConnected) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Client() = %v: want ErrNotConnected and not a deadline", err)
@@ -115,7 +115,7 @@ func TestNotConnectedIsNotATimeout(t *testing.T) {
 	if !strings.Contains(err.Error(), "context deadline exceeded") {
 		t.Fatalf("Client() = %v: want the cause in the message", err)
 	}
-	st.setUp(true, nil)
+	st.setUp(true, true, nil)
 	if st.LastError() != nil {
 		t.Fatalf("LastError() = %v after redis came up", st.LastError())
 	}

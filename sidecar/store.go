@@ -171,34 +171,38 @@ func (s *Store) Client() (rueidis.Client, error) {
 // reply) means it is up; a transport error or timeout means it is not.
 func (s *Store) Observe(err error) {
 	if err == nil || isRedisReply(err) {
-		// A call that started before the breaker opened and was answered
-		// late does not close it: only the probe does, so that the damping
-		// of a flapping Redis holds.
-		if s.health.Load() != healthDown {
-			s.setUp(true, nil)
-		}
+		s.setUp(true, false, nil)
 		return
 	}
 	if errors.Is(err, context.Canceled) {
 		return // the caller gave up; says nothing about Redis
 	}
-	s.setUp(false, err)
+	s.setUp(false, false, err)
 }
 
-func (s *Store) setUp(up bool, err error) {
+// setUp moves the health to up or down. Only the probe closes an open
+// breaker: a call that started before it opened and was answered late does
+// not, so that the damping of a flapping Redis holds.
+func (s *Store) setUp(up, probe bool, err error) {
 	next := healthDown
 	if up {
 		next = healthUp
+	} else {
+		s.noteErr(false, err)
 	}
 	// Every call reports here: read first, so the steady state costs no
 	// write to a cache line all request goroutines share.
-	s.noteErr(up, err)
 	if s.health.Load() == next {
 		return
 	}
 	// The damper's lock makes opening and its bookkeeping one step, so a
-	// probe never counts toward closing a breaker whose damping is not set.
+	// probe never counts toward closing a breaker whose damping is not set,
+	// and a late answer never closes a breaker that opened meanwhile.
 	s.damper.mu.Lock()
+	if up && !probe && s.health.Load() == healthDown {
+		s.damper.mu.Unlock()
+		return
+	}
 	prev := s.health.Swap(next)
 	if prev != next && !up {
 		s.damper.openedLocked(time.Now(), prev == healthUp)
@@ -209,6 +213,7 @@ func (s *Store) setUp(up bool, err error) {
 		return
 	}
 	if up {
+		s.noteErr(true, nil)
 		s.log.Info("redis is up")
 	} else {
 		s.log.Warn("redis is down", zap.Error(err), zap.Int(keyCloseProbes, need))
@@ -227,7 +232,7 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 			break
 		}
 		err = describeRedisErr(err)
-		s.setUp(false, err)
+		s.setUp(false, false, err)
 		s.log.Warn("cannot connect to redis, retrying", zap.Error(err), zap.Duration(keyBackoff, backoff))
 		select {
 		case <-ctx.Done():
@@ -269,13 +274,13 @@ func (s *Store) probe(ctx context.Context) {
 func (s *Store) probed(err error) {
 	if err != nil && !isRedisReply(err) {
 		s.damper.probeFailed()
-		s.setUp(false, err)
+		s.setUp(false, true, err)
 		return
 	}
 	if s.health.Load() == healthDown && !s.damper.probeOK(time.Now()) {
 		return
 	}
-	s.setUp(true, nil)
+	s.setUp(true, true, nil)
 }
 
 // Close stops probing and closes the client and the embedded store.

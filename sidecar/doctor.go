@@ -246,10 +246,10 @@ func (d *doctor) inspect(ctx context.Context, n rueidis.Client, keys []string) e
 			d.r.NoTTL = append(d.r.NoTTL, nt)
 		}
 		fields, _ := res[3*i+2].AsInt64()
-		// A window holds used, policy and ids besides its r:<id> records;
-		// a hash no larger has none to count.
-		if fields > 3 {
-			if err := d.requestIDs(ctx, n, k, fields); err != nil {
+		// A hash no larger than its algorithm's fixed fields holds no
+		// request-id record to count.
+		if rec, ok := idRecords[pk.Algorithm]; ok && fields > rec.fixed {
+			if err := d.requestIDs(ctx, n, k, rec.match, fields); err != nil {
 				return err
 			}
 		}
@@ -296,13 +296,26 @@ func windowOf(ctx context.Context, n rueidis.Client, key string) (int64, bool) {
 	return ms, err == nil && ms >= 1 && ms <= 2_678_400_000
 }
 
-// requestIDs counts a hash's r:<id> fields with HSCAN and keeps the key if
-// it is among the Top largest.
-func (d *doctor) requestIDs(ctx context.Context, n rueidis.Client, key string, fields int64) error {
+// idRecords says how each algorithm names its request-id records in its
+// hash (r:<id>), and how many other fields the hash has without them: a
+// fixed window's used, policy and ids; a token bucket's six state fields
+// (its records also have a q:<n> queue entry each). A concurrency set's
+// fields are its leases, at most its limit, and are not counted.
+var idRecords = map[string]struct {
+	match string
+	fixed int64
+}{
+	"fixed_window": {"r:*", 3},
+	"token_bucket": {"r:*", 6},
+}
+
+// requestIDs counts a hash's request-id fields (those matching match) with
+// HSCAN and keeps the key if it is among the Top largest.
+func (d *doctor) requestIDs(ctx context.Context, n rueidis.Client, key, match string, fields int64) error {
 	var ids int64
 	var cursor uint64
 	for {
-		e, err := n.Do(ctx, n.B().Hscan().Key(key).Cursor(cursor).Match("r:*").Count(1000).Build()).AsScanEntry()
+		e, err := n.Do(ctx, n.B().Hscan().Key(key).Cursor(cursor).Match(match).Count(1000).Build()).AsScanEntry()
 		if err != nil {
 			return fmt.Errorf("hscan %s: %w", key, err)
 		}

@@ -96,6 +96,7 @@ func (s *Server) runBatch(b *windowBatch) {
 		b.res = luascript.ExecMulti(ctx, b.client, b.calls)
 	}
 	cancel()
+	s.batched.Add(int64(len(b.items)))
 	for i := range b.items {
 		it := &b.items[i]
 		out := s.finishWindow(&it.w, b.res[i], false, it.sl.out[:0])

@@ -127,10 +127,9 @@ func (c *conn) readLoop() {
 		inline := c.running.Load() == 0 && lr.Buffered() == 0
 		sl := c.start(line, inline, nil)
 		if inline && c.queued.Load() == 0 {
-			// Every earlier reply is on the socket and the client waits for
-			// this one: write it from here rather than wake the writer for
-			// it (one goroutine switch less per request for one-at-a-time
-			// clients). An inline request's slot is done.
+			// Every earlier reply is on the socket: write this one from here
+			// too rather than wake the writer for it (another switch less).
+			// An inline request's slot is done.
 			_, err := c.nc.Write(sl.out)
 			freeSlot(sl)
 			if err != nil {

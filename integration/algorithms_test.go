@@ -162,6 +162,10 @@ func TestReadmeAlgorithmExamples(t *testing.T) {
 		{"mjs", "node", "example.mjs", filepath.Join("integration", "clients", "node", "quotad.mjs"), "released true"},
 	} {
 		t.Run(tc.fence, func(t *testing.T) {
+			// A sidecar of its own (its own key prefix): the console
+			// sessions' takes on alice's bucket refill at 10 per second, and
+			// 19 tokens left must not depend on how long ago they ran.
+			sc := startSidecar(t, r.URL())
 			m := regexp.MustCompile("(?s)```" + tc.fence + "\n(.*?)```").FindSubmatch(readme)
 			if m == nil {
 				t.Fatalf("README.md has no ```%s example", tc.fence)
@@ -195,6 +199,7 @@ func TestReadmeAlgorithmExamples(t *testing.T) {
 			if !strings.Contains(string(out), "tokens left 19") || !strings.Contains(string(out), tc.want) {
 				t.Fatalf("README %s example printed %q, want 19 tokens left and the lease released", tc.fence, out)
 			}
+			assertKeysHaveTTL(t, r, sc.prefix)
 		})
 	}
 	assertKeysHaveTTL(t, r, sc.prefix)

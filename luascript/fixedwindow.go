@@ -72,19 +72,36 @@ type TakeResult struct {
 // outcome unknown; FixedWindowTake never retries, since a retry without a
 // request id could take twice.
 func FixedWindowTake(ctx context.Context, c rueidis.Client, a TakeArgs) (TakeResult, error) {
-	const op = "fixed window take"
-	if err := validateTake(a); err != nil {
+	call, err := TakeCall(a)
+	if err != nil {
 		return TakeResult{}, err
 	}
-	args := []string{
-		strconv.FormatInt(a.Limit, 10),
-		strconv.FormatInt(a.WindowMS, 10),
-		strconv.FormatInt(a.Cost, 10),
-		strconv.FormatInt(a.MaxRequestIDs, 10),
-		flag(a.Strict),
-		a.RequestID,
+	return ParseTake(call.Exec(ctx, c))
+}
+
+// TakeCall validates a take and builds its script call, for Call.Exec or
+// ExecMulti; ParseTake reads the result.
+func TakeCall(a TakeArgs) (Call, error) {
+	if err := validateTake(a); err != nil {
+		return Call{}, err
 	}
-	res := fixedWindowTake.Exec(ctx, c, []string{a.Key}, args)
+	return Call{LuaExec: rueidis.LuaExec{
+		Keys: []string{a.Key},
+		Args: []string{
+			strconv.FormatInt(a.Limit, 10),
+			strconv.FormatInt(a.WindowMS, 10),
+			strconv.FormatInt(a.Cost, 10),
+			strconv.FormatInt(a.MaxRequestIDs, 10),
+			flag(a.Strict),
+			a.RequestID,
+		},
+	}}, nil
+}
+
+// ParseTake reads the result of a take's call. Its errors are
+// FixedWindowTake's.
+func ParseTake(res rueidis.RedisResult) (TakeResult, error) {
+	const op = "fixed window take"
 	if err := res.Error(); err != nil {
 		return TakeResult{}, replyError(op, err)
 	}
@@ -125,16 +142,33 @@ type PeekResult struct {
 
 // FixedWindowPeek reads the window at a.Key without writing anything.
 func FixedWindowPeek(ctx context.Context, c rueidis.Client, a PeekArgs) (PeekResult, error) {
-	const op = "fixed window peek"
-	if err := validatePeek(a); err != nil {
+	call, err := PeekCall(a)
+	if err != nil {
 		return PeekResult{}, err
 	}
-	args := []string{
-		strconv.FormatInt(a.Limit, 10),
-		strconv.FormatInt(a.WindowMS, 10),
-		flag(a.Strict),
+	return ParsePeek(call.Exec(ctx, c))
+}
+
+// PeekCall validates a peek and builds its script call; ParsePeek reads the
+// result.
+func PeekCall(a PeekArgs) (Call, error) {
+	if err := validatePeek(a); err != nil {
+		return Call{}, err
 	}
-	res := fixedWindowPeek.Exec(ctx, c, []string{a.Key}, args)
+	return Call{peek: true, LuaExec: rueidis.LuaExec{
+		Keys: []string{a.Key},
+		Args: []string{
+			strconv.FormatInt(a.Limit, 10),
+			strconv.FormatInt(a.WindowMS, 10),
+			flag(a.Strict),
+		},
+	}}, nil
+}
+
+// ParsePeek reads the result of a peek's call. Its errors are
+// FixedWindowPeek's.
+func ParsePeek(res rueidis.RedisResult) (PeekResult, error) {
+	const op = "fixed window peek"
 	if err := res.Error(); err != nil {
 		return PeekResult{}, replyError(op, err)
 	}

@@ -55,6 +55,24 @@ func TestScriptsOnMiniredis(t *testing.T) {
 		t.Fatalf("strict peek with another limit = %v, want POLICY", err)
 	}
 
+	// A batch too: the peek's flags line does not compile here, and
+	// ExecMulti falls back as FixedWindowPeek does.
+	take, err := luascript.TakeCall(args(k, 3, 1, "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peek, err := luascript.PeekCall(luascript.PeekArgs{Key: k, Limit: 3, WindowMS: minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := luascript.ExecMulti(t.Context(), c, []luascript.Call{take, peek})
+	if r, err := luascript.ParseTake(res[0]); err != nil || !r.Allowed || r.Used != 3 {
+		t.Fatalf("batched take = %+v, %v; want allowed, used 3", r, err)
+	}
+	if r, err := luascript.ParsePeek(res[1]); err != nil || r.Used != 3 {
+		t.Fatalf("batched peek = %+v, %v; want used 3", r, err)
+	}
+
 	s := e.key("string")
 	if err := m.Set(s, "v"); err != nil {
 		t.Fatal(err)

@@ -31,6 +31,14 @@ func NewLineReader(r io.Reader, bufSize, max int) *LineReader {
 // reader and not yet returned.
 func (lr *LineReader) Buffered() int { return lr.br.Buffered() }
 
+// HasLine reports whether a whole line is already buffered, so that the
+// next ReadLine returns without reading from the underlying reader. A line
+// longer than the buffer never counts.
+func (lr *LineReader) HasLine() bool {
+	b, _ := lr.br.Peek(lr.br.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
 // ReadLine returns the next line without its terminator. The slice is valid
 // until the next call. At end of input, a final line without a newline is
 // returned as a line; then io.EOF. ErrTooLarge leaves the reader positioned

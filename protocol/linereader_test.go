@@ -248,3 +248,20 @@ func TestLineReaderLongLineThenShort(t *testing.T) {
 		}
 	}
 }
+
+// HasLine tells a server whether the next line can be read without
+// waiting for the client, so it can gather the lines of one read.
+func TestLineReaderHasLine(t *testing.T) {
+	lr := protocol.NewLineReader(strings.NewReader("a\nbb\ncc"), 64, 100)
+	if lr.HasLine() {
+		t.Error("HasLine before any read = true")
+	}
+	for i, want := range []bool{true, false} {
+		if _, err := lr.ReadLine(); err != nil {
+			t.Fatal(err)
+		}
+		if got := lr.HasLine(); got != want {
+			t.Errorf("HasLine after line %d = %v, want %v (a partial line is not a line)", i+1, got, want)
+		}
+	}
+}

@@ -67,6 +67,11 @@ type conn struct {
 	// reading, so that lines the client sends meanwhile are answered
 	// SHUTTING_DOWN instead of being cut off when the connection closes.
 	running atomic.Int64
+	// queued counts the slots sent to the queue whose reply the writer has
+	// not yet handed to the socket (written and flushed). Only the reader
+	// adds to it, so when it reads 0 the writer holds nothing and will get
+	// nothing until the reader sends again.
+	queued atomic.Int64
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -98,7 +103,7 @@ func (c *conn) readLoop() {
 	for {
 		line, err := lr.ReadLine()
 		if errors.Is(err, protocol.ErrTooLarge) {
-			c.queue <- doneSlot(protocol.AppendErr(nil, nil, err))
+			c.push(doneSlot(protocol.AppendErr(nil, nil, err)))
 			continue
 		}
 		if err != nil {
@@ -109,18 +114,97 @@ func (c *conn) readLoop() {
 		if isBlank(line) {
 			continue
 		}
+		if lr.HasLine() {
+			if !c.readBatch(lr, line) {
+				return
+			}
+			continue
+		}
 		// A client with nothing in flight that sent nothing more waits for
 		// this reply before it sends again: run the request here rather
 		// than hand it to a worker (one goroutine switch less per request
 		// for one-at-a-time clients).
-		c.queue <- c.start(line, c.running.Load() == 0 && lr.Buffered() == 0)
+		inline := c.running.Load() == 0 && lr.Buffered() == 0
+		sl := c.start(line, inline, nil)
+		if inline && c.queued.Load() == 0 {
+			// Every earlier reply is on the socket: write this one from here
+			// too rather than wake the writer for it (another switch less).
+			// An inline request's slot is done.
+			_, err := c.nc.Write(sl.out)
+			freeSlot(sl)
+			if err != nil {
+				c.nc.Close() // as the writer does: the client is gone
+				return
+			}
+			continue
+		}
+		c.push(sl)
 	}
+}
+
+// push hands a slot to the writer.
+func (c *conn) push(sl *slot) {
+	c.queued.Add(1)
+	c.queue <- sl
+}
+
+// readBatch starts line and the whole lines already buffered after it,
+// and runs their fixed-window calls on one worker, which sends them to
+// Redis together (batch.go). It reads no more lines than the queue has
+// room for, so that queueing a staged request never blocks (the writer
+// would wait for it at the head of the queue while the reader waits for the
+// writer), and --max-inflight-per-conn still bounds the requests in memory.
+// It reports false when the connection's input ended.
+func (c *conn) readBatch(lr *protocol.LineReader, line []byte) bool {
+	b := batches.Get().(*windowBatch)
+	room := max(cap(c.queue)-len(c.queue), 1) // only the writer shrinks len
+	ok, n := true, 0
+	for {
+		if !isBlank(line) {
+			c.push(c.start(line, false, b))
+			n++
+		}
+		if n >= room || n >= maxBatch || !lr.HasLine() {
+			break
+		}
+		var err error
+		line, err = lr.ReadLine()
+		if errors.Is(err, protocol.ErrTooLarge) {
+			c.push(doneSlot(protocol.AppendErr(nil, nil, err)))
+			n++
+			line = nil
+			continue
+		}
+		if err != nil {
+			ok = false
+			break
+		}
+	}
+	if len(b.items) == 0 {
+		batches.Put(b)
+	} else {
+		c.s.workers.run(job{c: c, b: b})
+	}
+	return ok
+}
+
+// runBatch answers a batch's requests on a worker.
+func (c *conn) runBatch(b *windowBatch) {
+	c.s.runBatch(b)
+	n := len(b.items)
+	for i := range b.items {
+		b.items[i].sl.done.Store(true) // the writer may reuse it from here on
+	}
+	b.reset()
+	batches.Put(b)
+	c.finished(int64(n))
 }
 
 // start decodes a line and, for requests that need Redis, runs them on a
 // worker so one connection's requests execute concurrently, or on the
-// reader itself when inline.
-func (c *conn) start(line []byte, inline bool) *slot {
+// reader itself when inline, or stages them in b, when not nil, for
+// readBatch to run.
+func (c *conn) start(line []byte, inline bool, b *windowBatch) *slot {
 	sl := newSlot()
 	if err := protocol.Decode(line, &sl.req); err != nil {
 		sl.out = protocol.AppendErr(sl.out[:0], sl.req.ID, err)
@@ -137,6 +221,16 @@ func (c *conn) start(line []byte, inline bool) *slot {
 		sl.done.Store(true)
 		return sl
 	}
+	if b != nil {
+		if l, ok := c.s.batchable(&sl.req); ok {
+			c.running.Add(1)
+			if !c.s.stage(b, sl, l) { // answered without Redis
+				sl.done.Store(true)
+				c.finished(1)
+			}
+			return sl
+		}
+	}
 	c.running.Add(1)
 	if inline {
 		c.run(sl)
@@ -151,11 +245,17 @@ func (c *conn) start(line []byte, inline bool) *slot {
 func (c *conn) run(sl *slot) {
 	sl.out = c.s.handle(c.s.reqCtx, &sl.req, sl.out[:0])
 	sl.done.Store(true)
+	c.finished(1)
+}
+
+// finished wakes the writer for n requests whose slots are done, and ends
+// a drain when they were the last running.
+func (c *conn) finished(n int64) {
 	select {
 	case c.wake <- struct{}{}:
 	default: // a token is already waiting; the writer checks done again
 	}
-	if c.running.Add(-1) == 0 && c.s.shutting.Load() {
+	if c.running.Add(-n) == 0 && c.s.shutting.Load() {
 		c.stopReading()
 	}
 }
@@ -179,6 +279,7 @@ func (c *conn) writeLoop() {
 		}
 		if broken {
 			freeSlot(sl)
+			c.queued.Add(-1)
 			continue // keep draining so the reader is never blocked on the queue
 		}
 		_, err := bw.Write(sl.out)
@@ -192,6 +293,7 @@ func (c *conn) writeLoop() {
 			broken = true
 			c.nc.Close()
 		}
+		c.queued.Add(-1) // after the flush: see queued
 	}
 	if !broken {
 		_ = bw.Flush()

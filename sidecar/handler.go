@@ -84,10 +84,7 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 		return s.appendUndecided(dst, req, l, err)
 	}
 	client = s.instrument(client)
-	timeout := s.opts.RedisTimeout
-	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < timeout {
-		timeout = t
-	}
+	timeout := s.timeout(req)
 	// A caller's own short deadline says nothing about Redis's health.
 	shortened := timeout < s.opts.RedisTimeout
 	ctx, cancel := s.callContext(ctx, timeout)
@@ -95,52 +92,99 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	if l.algorithm != "" {
 		return s.decideAlgorithm(ctx, client, req, l, shortened, dst)
 	}
-	key := luascript.FixedWindowKey(s.opts.KeyPrefix, l.policy, req.Subject)
-	strict := l.policy == ""
+	w, dst, ok := s.prepareWindow(req, l, dst)
+	if !ok {
+		return dst
+	}
+	return s.finishWindow(&w, w.call.Exec(ctx, client), shortened, dst)
+}
 
+// timeout is the Redis timeout of a request: the server's, or the request's
+// timeout_ms when shorter.
+func (s *Server) timeout(req *protocol.Request) time.Duration {
+	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < s.opts.RedisTimeout {
+		return t
+	}
+	return s.opts.RedisTimeout
+}
+
+// windowCall is a fixed-window take or peek between prepareWindow, which
+// builds its script call, and finishWindow, which answers from the result.
+// decide sends the call alone; a connection's batch (batch.go) sends the
+// calls of several requests with one ExecMulti.
+type windowCall struct {
+	req  *protocol.Request
+	l    limits
+	key  string
+	cfg  *Config // the config the local-deny check saw
+	call luascript.Call
+	err  error     // the call failed validation and is not sent
+	sent time.Time // when a take was sent, for the local-deny entry
+}
+
+// prepareWindow builds the script call of a fixed-window take or peek whose
+// limits are resolved. ok is false when the reply is already appended to dst:
+// the window is known to be exhausted (localdeny.go).
+func (s *Server) prepareWindow(req *protocol.Request, l limits, dst []byte) (w windowCall, out []byte, ok bool) {
+	w = windowCall{req: req, l: l, key: luascript.FixedWindowKey(s.opts.KeyPrefix, l.policy, req.Subject)}
+	strict := l.policy == ""
 	if req.Op == protocol.OpPeek {
-		res, err := luascript.FixedWindowPeek(ctx, client, luascript.PeekArgs{Key: key, Limit: l.limit, WindowMS: l.windowMS, Strict: strict})
+		w.call, w.err = luascript.PeekCall(luascript.PeekArgs{Key: w.key, Limit: l.limit, WindowMS: l.windowMS, Strict: strict})
+		return w, dst, true
+	}
+	w.cfg = s.cfg.Load()
+	if req.RequestID == "" {
+		if reply, ok := s.deny.check(w.cfg, w.key, l, req.Cost, time.Now()); ok {
+			return w, protocol.AppendTake(dst, req.ID, l.applyShadow(reply)), false
+		}
+	}
+	w.call, w.err = luascript.TakeCall(luascript.TakeArgs{
+		Key: w.key, Limit: l.limit, WindowMS: l.windowMS, Cost: req.Cost,
+		RequestID: req.RequestID, Strict: strict, MaxRequestIDs: l.maxIDs,
+	})
+	w.sent = time.Now()
+	return w, dst, true
+}
+
+// finishWindow answers a fixed-window take or peek from its call's result
+// (ignored when the call failed validation): the store's health, a healed
+// window's log line, the local-deny entry, shadow mode and on_unavailable.
+func (s *Server) finishWindow(w *windowCall, res rueidis.RedisResult, shortened bool, dst []byte) []byte {
+	req, l := w.req, w.l
+	if req.Op == protocol.OpPeek {
+		var r luascript.PeekResult
+		err := w.err
+		if err == nil {
+			r, err = luascript.ParsePeek(res)
+		}
 		s.observe(err, shortened)
 		if err != nil {
 			return s.appendFailure(dst, req, err)
 		}
 		return protocol.AppendPeek(dst, req.ID, protocol.PeekReply{
-			Limit: l.limit, Used: res.Used, Remaining: max(l.limit-res.Used, 0), ResetMS: max(res.ResetMS, 0),
+			Limit: l.limit, Used: r.Used, Remaining: max(l.limit-r.Used, 0), ResetMS: max(r.ResetMS, 0),
 		})
 	}
-
-	// A window known to be exhausted is denied here (see localdeny.go).
-	cfg := s.cfg.Load()
-	if req.RequestID == "" {
-		if reply, ok := s.deny.check(cfg, key, l, req.Cost, time.Now()); ok {
-			return protocol.AppendTake(dst, req.ID, l.applyShadow(reply))
-		}
+	var r luascript.TakeResult
+	err := w.err
+	if err == nil {
+		r, err = luascript.ParseTake(res)
 	}
-	sent := time.Now()
-	res, err := luascript.FixedWindowTake(ctx, client, luascript.TakeArgs{
-		Key: key, Limit: l.limit, WindowMS: l.windowMS, Cost: req.Cost,
-		RequestID: req.RequestID, Strict: strict, MaxRequestIDs: l.maxIDs,
-	})
 	s.observe(err, shortened)
-	var le *luascript.Error
-	if res.Healed || errors.As(err, &le) && le.Healed {
-		s.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, l.policy),
-			zap.String(keyKey, key), zap.Int64(keyHealedTotal, s.healed.Add(1)))
-	}
+	s.logHealed(r.Healed, err, l, w.key)
 	if err != nil {
 		return s.appendUndecided(dst, req, l, err)
 	}
-	s.deny.record(cfg, key, l, res.Allowed, res.Used, res.ResetMS, sent)
+	s.deny.record(w.cfg, w.key, l, r.Allowed, r.Used, r.ResetMS, w.sent)
 	reply := protocol.TakeReply{
-		Allowed: res.Allowed, Replay: res.Replay, Limit: l.limit, Used: res.Used,
-		Remaining: max(l.limit-res.Used, 0), ResetMS: res.ResetMS,
+		Allowed: r.Allowed, Replay: r.Replay, Limit: l.limit, Used: r.Used,
+		Remaining: max(l.limit-r.Used, 0), ResetMS: r.ResetMS,
 	}
-	if !res.Allowed {
+	if !r.Allowed {
 		// A fixed window frees capacity only when it ends.
-		reply.RetryAfterMS = res.ResetMS
+		reply.RetryAfterMS = r.ResetMS
 	}
-	reply = l.applyShadow(reply)
-	return protocol.AppendTake(dst, req.ID, reply)
+	return protocol.AppendTake(dst, req.ID, l.applyShadow(reply))
 }
 
 // observe feeds a call's outcome to the store's health: a typed script

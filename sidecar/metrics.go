@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -225,7 +224,33 @@ func classify(reply []byte, idLen int) (result string, used int64, ok bool) {
 		}
 		return code, 0, false
 	}
-	used, _ = strconv.ParseInt(field(reply, `"used":`, ','), 10, 64)
+	used = replyInt(reply, `"used":`)
+	if rest, ok := bytes.CutPrefix(reply, []byte(takeHead)); ok {
+		// AppendTake's layout: allowed and replay first, the shadow fields
+		// and then degraded last. Read in place instead of searching the
+		// whole line once per result (classify was 8% of the CPU of the
+		// pipelined socket benchmark).
+		allowed := bytes.HasPrefix(rest, []byte("true"))
+		if allowed {
+			rest = rest[len("true"):]
+		} else {
+			rest = bytes.TrimPrefix(rest, []byte("false"))
+		}
+		tail := bytes.TrimSuffix(reply, []byte("\n"))
+		switch {
+		case bytes.HasPrefix(rest, []byte(`,"replay":true`)):
+			return resultReplay, used, true
+		case bytes.HasSuffix(tail, []byte(`,"degraded":true}`)):
+			return resultDegraded, used, true
+		case bytes.HasSuffix(tail, []byte(`,"shadow_allowed":true}`)):
+			return resultShadowAllowed, used, true
+		case bytes.HasSuffix(tail, []byte(`,"shadow_allowed":false}`)):
+			return resultShadowDenied, used, true
+		case allowed:
+			return resultAllowed, used, true
+		}
+		return resultDenied, used, true
+	}
 	switch {
 	case bytes.Contains(reply, []byte(`"replay":true`)):
 		result = resultReplay
@@ -241,6 +266,26 @@ func classify(reply []byte, idLen int) (result string, used int64, ok bool) {
 		result = resultDenied
 	}
 	return result, used, true
+}
+
+// takeHead is how every take reply AppendTake writes goes on after its id.
+const takeHead = `"ok":true,"allowed":`
+
+// replyInt returns the non-negative integer after key, or 0 when key is
+// absent, without allocating.
+func replyInt(b []byte, key string) int64 {
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return 0
+	}
+	var n int64
+	for _, c := range b[i+len(key):] {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n
 }
 
 // field returns the bytes after key up to end, or "" when key is absent.

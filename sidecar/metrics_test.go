@@ -388,6 +388,10 @@ func TestClassifyReadsTheReplyNotTheID(t *testing.T) {
 		{id: "7", reply: protocol.TakeReply{Allowed: true, Used: 1, Shadow: true, ShadowAllowed: false}, result: resultShadowDenied, used: 1},
 		{reply: protocol.TakeReply{Allowed: true, Used: 1, Shadow: true, ShadowAllowed: true}, result: resultShadowAllowed, used: 1},
 		{id: `"\"allowed\":true"`, err: protocol.CodeConflict, result: "CONFLICT"},
+		{reply: protocol.TakeReply{Allowed: true, Limit: 5, Remaining: 5, Degraded: true}, result: resultDegraded},
+		{id: "8", reply: protocol.TakeReply{Limit: 5, Remaining: 5, RetryAfterMS: 1000, Degraded: true}, result: resultDegraded},
+		{reply: protocol.TakeReply{Allowed: true, Used: 12345, LeaseMS: 30000}, result: resultAllowed, used: 12345},
+		{id: "9", reply: protocol.TakeReply{Used: 4, Shadow: true, Replay: true, Allowed: true, ShadowAllowed: true}, result: resultReplay, used: 4},
 	} {
 		var line []byte
 		if tc.err != "" {
@@ -399,5 +403,9 @@ func TestClassifyReadsTheReplyNotTheID(t *testing.T) {
 		if result != tc.result || used != tc.used || ok != (tc.err == "") {
 			t.Errorf("classify(%s) = %s, %d, %v; want %s, %d", line, result, used, ok, tc.result, tc.used)
 		}
+	}
+	// A take reply in another layout is still read by its fields.
+	if result, used, ok := classify([]byte(`{"ok":true,"used":4,"allowed":true}`+"\n"), 0); result != resultAllowed || used != 4 || !ok {
+		t.Errorf("classify of another layout = %s, %d, %v; want allowed, 4", result, used, ok)
 	}
 }

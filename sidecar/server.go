@@ -72,7 +72,10 @@ type Server struct {
 	idle      chan struct{} // closed when shutting and no connection is left
 	idleOnce  sync.Once
 
-	healed    atomic.Int64
+	healed atomic.Int64
+	// batched counts the requests answered through a connection's batch
+	// (batch.go), for tests.
+	batched   atomic.Int64
 	deny      *localDeny
 	workers   workers
 	deadlines *sharedDeadline

@@ -26,11 +26,12 @@ type worker struct {
 	parkedAt time.Time
 }
 
-// job is one request of one connection. A struct rather than a closure, so
-// handing it over allocates nothing.
+// job is one request of one connection, or one batch of its requests. A
+// struct rather than a closure, so handing it over allocates nothing.
 type job struct {
 	c  *conn
 	sl *slot
+	b  *windowBatch
 }
 
 const (
@@ -69,7 +70,11 @@ func (p *workers) run(j job) {
 
 func (p *workers) loop(w *worker) {
 	for j := range w.jobs {
-		j.c.run(j.sl)
+		if j.b != nil {
+			j.c.runBatch(j.b)
+		} else {
+			j.c.run(j.sl)
+		}
 		if !p.park(w) {
 			return
 		}

@@ -43,7 +43,8 @@ func sha1Hex(src string) string {
 // each batch, one more round trip per batch. Here each call is an EVALSHA
 // (EVALSHA_RO for a peek), as Exec sends it; a call that Redis did not run
 // because it does not know the script (NOSCRIPT) or, for a peek, cannot
-// compile its flags line (the embedded store, Redis 6) is sent again alone
+// compile its flags line or knows no EVALSHA_RO (the embedded store,
+// Redis 6) is sent again alone
 // through Exec, which falls back as the single path does. Neither refusal
 // runs anything, so sending again never applies a take twice.
 func ExecMulti(ctx context.Context, client rueidis.Client, calls []Call) []rueidis.RedisResult {
@@ -58,7 +59,7 @@ func ExecMulti(ctx context.Context, client rueidis.Client, calls []Call) []rueid
 	res := client.DoMulti(ctx, cmds...)
 	for i, c := range calls {
 		re, ok := rueidis.IsRedisErr(res[i].Error())
-		if ok && (re.IsNoScript() || c.peek && strings.HasPrefix(re.Error(), "Error compiling script")) {
+		if ok && (re.IsNoScript() || c.peek && (strings.HasPrefix(re.Error(), "Error compiling script") || strings.HasPrefix(re.Error(), "ERR unknown command"))) {
 			res[i] = c.Exec(ctx, client)
 		}
 	}

@@ -63,13 +63,13 @@ func (s *Server) stage(b *windowBatch, sl *slot, l limits) (staged bool) {
 			sl.out = out
 		}
 	}()
+	w, out, ok := s.prepareWindow(req, l, dst)
+	if !ok {
+		return false // known to be exhausted, whatever Redis's state
+	}
 	client, err := s.store.Client()
 	if err != nil {
 		out = s.appendUndecided(dst, req, l, err)
-		return false
-	}
-	w, out, ok := s.prepareWindow(req, l, dst)
-	if !ok {
 		return false
 	}
 	if w.err != nil {

@@ -124,21 +124,26 @@ func TestSlowRedisAnswersOutcomeUnknownAndARetryConsumesOnce(t *testing.T) {
 			}
 			resume()
 
-			// Redis ran the take after the sidecar gave up on it.
+			// The outcome is unknown: Redis may have run the take after the
+			// sidecar gave up on it (it usually does), or not at all.
+			var applied bool
 			waitFor(t, "a peek to succeed", func() bool {
 				got := c.call(`{"op":"peek","subject":"slow","limit":5,"window_ms":60000}`)
 				if !got.OK {
 					checkCode(t, "peek while the breaker closes", got, protocol.CodeUnavailable)
 					return false
 				}
-				if got.Used != 2 {
-					t.Fatalf("peek after Redis recovered = %+v, want used 2: Redis applied the timed-out take", got)
+				if got.Used != 0 && got.Used != 2 {
+					t.Fatalf("peek after Redis recovered = %+v, want used 2 (the timed-out take ran) or 0 (it did not)", got)
 				}
+				applied = got.Used == 2
 				return true
 			})
+			t.Logf("Redis ran the timed-out take: %v", applied)
+			// Either way, the retry with the same request_id consumes once.
 			got = c.call(inlineTake("2", "slow", 5, take))
-			if !got.OK || !got.Allowed || !got.Replay || got.Used != 2 {
-				t.Fatalf("retry with the same request_id = %+v, want a replay with used 2", got)
+			if !got.OK || !got.Allowed || got.Used != 2 || applied && !got.Replay {
+				t.Fatalf("retry with the same request_id = %+v, want allowed with used 2, and a replay since the first attempt ran (%v)", got, applied)
 			}
 			if got := c.call(`{"op":"peek","subject":"slow","limit":5,"window_ms":60000}`); !got.OK || got.Used != 2 {
 				t.Fatalf("peek after the retry = %+v, want used 2: the cost was consumed once", got)

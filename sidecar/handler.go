@@ -79,6 +79,15 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	if err != nil {
 		return protocol.AppendErr(dst, req.ID, err)
 	}
+	// A fixed window known to be exhausted is denied before the store is
+	// asked for a client: that answer holds while Redis is down too.
+	var w windowCall
+	if l.algorithm == "" {
+		var ok bool
+		if w, dst, ok = s.prepareWindow(req, l, dst); !ok {
+			return dst
+		}
+	}
 	client, err := s.store.Client()
 	if err != nil {
 		return s.appendUndecided(dst, req, l, err)
@@ -91,10 +100,6 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 	defer cancel()
 	if l.algorithm != "" {
 		return s.decideAlgorithm(ctx, client, req, l, shortened, dst)
-	}
-	w, dst, ok := s.prepareWindow(req, l, dst)
-	if !ok {
-		return dst
 	}
 	return s.finishWindow(&w, w.call.Exec(ctx, client), shortened, dst)
 }

@@ -221,3 +221,28 @@ func TestLocalDenialOfAShadowPolicyStillAllows(t *testing.T) {
 		t.Fatalf("the exhausted shadow window cost Redis %d script calls, want none", n)
 	}
 }
+
+// A window known to be exhausted stays denied while Redis is down: the
+// policy's on_unavailable answers only what the sidecar cannot know.
+func TestLocalDenialHoldsWhileRedisIsDown(t *testing.T) {
+	cfg, err := ParseConfig([]byte("policies:\n  open:\n    limit: 1\n    window: 1m\n    on_unavailable: allow\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, c, r := startDenyServer(t, cfg)
+	take := `{"op":"take","subject":"hot","policy":"open"}`
+	if got := c.call(take); !got.OK || !got.Allowed {
+		t.Fatalf("first take = %+v", got)
+	}
+	if got := c.call(take); !got.OK || got.Allowed || got.Degraded {
+		t.Fatalf("second take = %+v, want Redis's denial", got)
+	}
+	r.Stop(t)
+	waitFor(t, "the breaker to open", func() bool { return !ts.store.Up() })
+	if got := c.call(take); !got.OK || got.Allowed || got.Degraded || got.Used != 1 {
+		t.Fatalf("take on the exhausted window with Redis down = %+v, want the known denial, not a degraded allow", got)
+	}
+	if got := c.call(`{"op":"take","subject":"cold","policy":"open"}`); !got.OK || !got.Allowed || !got.Degraded {
+		t.Fatalf("take on another subject with Redis down = %+v, want a degraded allow", got)
+	}
+}

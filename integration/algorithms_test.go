@@ -1,10 +1,8 @@
 package integration_test
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -166,37 +164,8 @@ func TestReadmeAlgorithmExamples(t *testing.T) {
 			// sessions' takes on alice's bucket refill at 10 per second, and
 			// 19 tokens left must not depend on how long ago they ran.
 			sc := startSidecar(t, r.URL())
-			m := regexp.MustCompile("(?s)```" + tc.fence + "\n(.*?)```").FindSubmatch(readme)
-			if m == nil {
-				t.Fatalf("README.md has no ```%s example", tc.fence)
-			}
-			dir := t.TempDir()
-			client, err := os.ReadFile(filepath.Join(moduleRoot, tc.client))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for name, data := range map[string][]byte{tc.file: m[1], filepath.Base(tc.client): client} {
-				if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := os.Symlink(sc.socket, filepath.Join(dir, "quotad.sock")); err != nil {
-				t.Fatal(err)
-			}
-			bin, err := exec.LookPath(tc.interpreter)
-			if err != nil {
-				t.Fatalf("%s is required for the README's example and is not on PATH: %v", tc.interpreter, err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, bin, tc.file)
-			cmd.Dir = dir
-			cmd.Env = cleanEnv()
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("README %s example: %v\n%s", tc.fence, err, out)
-			}
-			if !strings.Contains(string(out), "tokens left 19") || !strings.Contains(string(out), tc.want) {
+			out := runReadmeSnippet(t, readme, tc.fence, tc.interpreter, tc.file, tc.client, sc.socket)
+			if !strings.Contains(out, "tokens left 19") || !strings.Contains(out, tc.want) {
 				t.Fatalf("README %s example printed %q, want 19 tokens left and the lease released", tc.fence, out)
 			}
 			assertKeysHaveTTL(t, r, sc.prefix)

@@ -61,40 +61,50 @@ func TestReadmeExamples(t *testing.T) {
 		{"js", "node", "example.mjs", filepath.Join("integration", "clients", "node", "quotad.mjs")},
 	} {
 		t.Run(tc.fence, func(t *testing.T) {
-			m := regexp.MustCompile("(?s)```" + tc.fence + "\n(.*?)```").FindSubmatch(readme)
-			if m == nil {
-				t.Fatalf("README.md has no ```%s example", tc.fence)
-			}
-			dir := t.TempDir()
-			client, err := os.ReadFile(filepath.Join(moduleRoot, tc.client))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for name, data := range map[string][]byte{tc.file: m[1], filepath.Base(tc.client): client} {
-				if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := os.Symlink(sc.socket, filepath.Join(dir, "quotad.sock")); err != nil {
-				t.Fatal(err)
-			}
-			bin, err := exec.LookPath(tc.interpreter)
-			if err != nil {
-				t.Fatalf("%s is required for the README's example and is not on PATH: %v", tc.interpreter, err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, bin, tc.file)
-			cmd.Dir = dir
-			cmd.Env = cleanEnv()
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("README %s example: %v\n%s", tc.fence, err, out)
-			}
-			if !strings.Contains(string(out), "used 2 of 5") || !strings.Contains(string(out), "allowed") {
+			out := runReadmeSnippet(t, readme, tc.fence, tc.interpreter, tc.file, tc.client, sc.socket)
+			if !strings.Contains(out, "used 2 of 5") || !strings.Contains(out, "allowed") {
 				t.Fatalf("README %s example printed %q, want the take's usage and the batch count", tc.fence, out)
 			}
 		})
 	}
 	assertKeysHaveTTL(t, r, sc.prefix)
+}
+
+// runReadmeSnippet runs the README's ```fence example with interpreter, in
+// a folder holding it as file, the client library at client (a path from
+// the module root) and quotad.sock linked to socket, and returns what it
+// printed.
+func runReadmeSnippet(t *testing.T, readme []byte, fence, interpreter, file, client, socket string) string {
+	t.Helper()
+	m := regexp.MustCompile("(?s)```" + fence + "\n(.*?)```").FindSubmatch(readme)
+	if m == nil {
+		t.Fatalf("README.md has no ```%s example", fence)
+	}
+	dir := t.TempDir()
+	lib, err := os.ReadFile(filepath.Join(moduleRoot, client))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{file: m[1], filepath.Base(client): lib} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(socket, filepath.Join(dir, "quotad.sock")); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := exec.LookPath(interpreter)
+	if err != nil {
+		t.Fatalf("%s is required for the README's example and is not on PATH: %v", interpreter, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, file)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("README %s example: %v\n%s", fence, err, out)
+	}
+	return string(out)
 }

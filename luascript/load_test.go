@@ -6,9 +6,6 @@ import (
 	"encoding/hex"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/rueidis"
-
 	"quotad/luascript"
 )
 
@@ -66,16 +63,7 @@ func TestLoadFailsWhenRedisRefusesScripts(t *testing.T) {
 // The embedded store cannot compile a shebang's flags: Load loads those
 // scripts without them, as the calls run them there.
 func TestLoadOnTheEmbeddedStore(t *testing.T) {
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{m.Addr()}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	_, c := startMiniredis(t)
 	if err := luascript.Load(context.Background(), c); err != nil {
 		t.Fatalf("Load on miniredis: %v", err)
 	}

@@ -7,9 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/rueidis"
-
 	"quotad/integration/redistest"
 	"quotad/luascript"
 )
@@ -18,21 +15,7 @@ import (
 // scripts (the peeks without their flags line), serve TIME, and give the
 // same answers as Redis for the simple cases.
 func TestAlgorithmsOnMiniredis(t *testing.T) {
-	m := miniredis.NewMiniRedis()
-	m.ClockTTL(true)
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	c, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:       []string{m.Addr()},
-		DisableCache:      true,
-		ForceSingleClient: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	_, c := startMiniredis(t)
 	prefix := randomPrefix(t)
 	t.Cleanup(func() { redistest.AssertAllKeysHaveTTL(t, c, prefix) })
 	e := &env{t: t, c: c, prefix: prefix}

@@ -15,21 +15,7 @@ import (
 // The embedded store runs the same scripts under gopher-lua; its error
 // replies and pcall error tables must map to the same typed errors.
 func TestScriptsOnMiniredis(t *testing.T) {
-	m := miniredis.NewMiniRedis()
-	m.ClockTTL(true)
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	c, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:       []string{m.Addr()},
-		DisableCache:      true,
-		ForceSingleClient: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	m, c := startMiniredis(t)
 	prefix := randomPrefix(t)
 	t.Cleanup(func() { redistest.AssertAllKeysHaveTTL(t, c, prefix) })
 	e := &env{t: t, c: c, prefix: prefix}
@@ -85,4 +71,23 @@ func TestScriptsOnMiniredis(t *testing.T) {
 	if _, err := luascript.FixedWindowPeek(t.Context(), c, luascript.PeekArgs{Key: s, Limit: 3, WindowMS: minute}); !errors.Is(err, luascript.ErrWrongType) {
 		t.Fatalf("peek on a string = %v, want WRONGTYPE", err)
 	}
+}
+
+// startMiniredis starts the embedded store's engine (miniredis, with TTLs
+// on its clock as the sidecar runs it) and a client of it; both end with
+// the test.
+func startMiniredis(t *testing.T) (*miniredis.Miniredis, rueidis.Client) {
+	t.Helper()
+	m := miniredis.NewMiniRedis()
+	m.ClockTTL(true)
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{m.Addr()}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return m, c
 }

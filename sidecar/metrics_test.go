@@ -409,3 +409,30 @@ func TestClassifyReadsTheReplyNotTheID(t *testing.T) {
 		t.Errorf("classify of another layout = %s, %d, %v; want allowed, 4", result, used, ok)
 	}
 }
+
+// --log-decisions denied logs a degraded denial (on_unavailable: deny), not
+// a degraded allow.
+func TestDecisionLogDeniedIncludesDegradedDenials(t *testing.T) {
+	r := redistest.Start(t)
+	st := openStore(t, r.URL())
+	cfg, err := ParseConfig([]byte("policies:\n  open:\n    limit: 5\n    window: 1m\n    on_unavailable: allow\n  closed:\n    limit: 5\n    window: 1m\n    on_unavailable: deny\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	ts := startServer(t, Options{Store: st, Config: cfg, LogDecisions: LogDecisionsDenied, Logger: zap.New(core)})
+	c := ts.dial(t)
+	waitRedisOK(t, c)
+	// A full Redis refuses the takes' writes: both are answered degraded.
+	redisOK(t, r, "CONFIG", "SET", "maxmemory", "1")
+	if got := c.call(`{"op":"take","subject":"s","policy":"open"}`); !got.Degraded || !got.Allowed {
+		t.Fatalf("take of open = %+v, want a degraded allow", got)
+	}
+	if got := c.call(`{"op":"take","subject":"s","policy":"closed"}`); !got.Degraded || got.Allowed {
+		t.Fatalf("take of closed = %+v, want a degraded denial", got)
+	}
+	got := logs.FilterLoggerName("decision").AllUntimed()
+	if len(got) != 1 || got[0].ContextMap()[keyPolicy] != "closed" || got[0].ContextMap()[keyVerdict] != "degraded" {
+		t.Fatalf("decision lines %v, want one, the degraded denial of closed", got)
+	}
+}

@@ -128,6 +128,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.defaults(); err != nil {
 		return Result{}, err
 	}
+	if useLoop {
+		return runLoop(ctx, &cfg)
+	}
 	clients := make([]*client, cfg.Conns)
 	for i := range clients {
 		var d net.Dialer
@@ -138,7 +141,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			}
 			return Result{}, fmt.Errorf("loadgen: connect to %s: %w", cfg.Socket, err)
 		}
-		clients[i] = newClient(&cfg, i, nc)
+		clients[i] = newClient(&cfg, i)
+		clients[i].nc = nc.(*net.UnixConn)
 	}
 
 	// A cancelled run must not wait for a sidecar that stopped answering.
@@ -167,12 +171,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	elapsed := time.Since(start)
 	close(stopProgress)
 	<-progressDone
+	for _, c := range clients {
+		c.nc.Close()
+	}
+	return collect(clients, elapsed)
+}
 
+// collect adds up what the clients counted.
+func collect(clients []*client, elapsed time.Duration) (Result, error) {
 	res := Result{Elapsed: elapsed, Errors: map[protocol.Code]int64{}}
 	var h histogram
 	var errs []error
 	for _, c := range clients {
-		c.nc.Close()
 		res.Replies += c.replies.Load()
 		res.Allowed += c.allowed
 		res.Replays += c.replays
@@ -233,11 +243,10 @@ type client struct {
 	err                      error
 }
 
-func newClient(cfg *Config, id int, nc net.Conn) *client {
+func newClient(cfg *Config, id int) *client {
 	c := &client{
 		cfg:    cfg,
 		id:     id,
-		nc:     nc.(*net.UnixConn),
 		rng:    rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano()))),
 		room:   make(chan struct{}, cfg.InFlight),
 		sent:   make(chan time.Time, cfg.InFlight),

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
@@ -75,7 +76,20 @@ func startFake(t *testing.T, answer func(n int, req map[string]any) []byte) *fak
 	return f
 }
 
-func TestRunCountsEveryReplyByKind(t *testing.T) {
+// eachEngine runs test with every way the load generator can drive its
+// connections on this platform.
+func eachEngine(t *testing.T, test func(t *testing.T)) {
+	for _, e := range loadgen.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			e.Use(t)
+			test(t)
+		})
+	}
+}
+
+func TestRunCountsEveryReplyByKind(t *testing.T) { eachEngine(t, testRunCountsEveryReplyByKind) }
+
+func testRunCountsEveryReplyByKind(t *testing.T) {
 	// Every fourth reply of each kind, in turn.
 	f := startFake(t, func(n int, _ map[string]any) []byte {
 		switch n % 4 {
@@ -88,16 +102,27 @@ func TestRunCountsEveryReplyByKind(t *testing.T) {
 		}
 		return protocol.AppendError(nil, nil, protocol.CodeUnavailable, "redis did not answer in time")
 	})
+	for _, inflight := range []int{1, 4} {
+		t.Run(fmt.Sprintf("inflight=%d", inflight), func(t *testing.T) {
+			checkCounts(t, f, inflight)
+		})
+	}
+}
+
+func checkCounts(t *testing.T, f *fakeSidecar, inflight int) {
+	f.mu.Lock()
+	before := f.n
+	f.mu.Unlock()
 	var progress bytes.Buffer
 	res, err := loadgen.Run(context.Background(), loadgen.Config{
-		Socket: f.path, Conns: 3, InFlight: 4, Duration: 300 * time.Millisecond,
+		Socket: f.path, Conns: 3, InFlight: inflight, Duration: 300 * time.Millisecond,
 		Limit: 5, WindowMS: 1000, Progress: &progress, ProgressEvery: 50 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
-	sent := f.n
+	sent := f.n - before
 	f.mu.Unlock()
 	if res.Replies == 0 || res.Replies != int64(sent) {
 		t.Fatalf("counted %d replies, the sidecar answered %d", res.Replies, sent)
@@ -125,7 +150,9 @@ func TestRunCountsEveryReplyByKind(t *testing.T) {
 	}
 }
 
-func TestRunSendsTheConfiguredRequests(t *testing.T) {
+func TestRunSendsTheConfiguredRequests(t *testing.T) { eachEngine(t, testRunSendsTheConfiguredRequests) }
+
+func testRunSendsTheConfiguredRequests(t *testing.T) {
 	ok := protocol.AppendTake(nil, nil, protocol.TakeReply{Allowed: true, Limit: 9, Used: 1})
 	f := startFake(t, func(int, map[string]any) []byte { return ok })
 	_, err := loadgen.Run(context.Background(), loadgen.Config{
@@ -156,7 +183,9 @@ func TestRunSendsTheConfiguredRequests(t *testing.T) {
 	}
 }
 
-func TestRunReportsALostConnection(t *testing.T) {
+func TestRunReportsALostConnection(t *testing.T) { eachEngine(t, testRunReportsALostConnection) }
+
+func testRunReportsALostConnection(t *testing.T) {
 	// Answers two requests, then hangs up on the third, which the load
 	// generator is still waiting for.
 	f := startFake(t, func(n int, _ map[string]any) []byte {

@@ -1,0 +1,265 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"syscall"
+	"time"
+)
+
+// On Linux one goroutine drives every connection from an epoll set: it
+// reads the replies of all the connections that have some, and writes each
+// the requests that refill its in-flight window, in one system call per
+// connection each way. A reader and a writer goroutine per connection
+// (loadgen.go, elsewhere) cost the generator more CPU per decision than the
+// sidecar spends on it when clients send one request at a time, and on a
+// machine with few cores that CPU is taken from the sidecar and Redis.
+
+// loopConn is one connection of the loop.
+type loopConn struct {
+	*client
+	fd          int
+	rbuf        []byte // read buffer; rbuf[:rlen] holds a partial reply
+	rlen        int
+	sent        []time.Time // send times of the outstanding requests, a ring
+	head, out   int         // the oldest outstanding request's place, and how many
+	wbuf        []byte      // requests not yet written (the socket was full)
+	seq         uint64
+	closedWrite bool
+	done        bool
+}
+
+// useLoop is a variable for the tests, which run both ways.
+var useLoop = true
+
+const loopReadBuf = 64 << 10
+
+func dialLoop(cfg *Config, id int) (*loopConn, error) {
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: cfg.Socket}); err != nil {
+		syscall.Close(fd)
+		return nil, err
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		return nil, err
+	}
+	return &loopConn{
+		client: newClient(cfg, id),
+		fd:     fd,
+		rbuf:   make([]byte, loopReadBuf),
+		sent:   make([]time.Time, cfg.InFlight),
+	}, nil
+}
+
+func runLoop(ctx context.Context, cfg *Config) (Result, error) {
+	conns := make([]*loopConn, 0, cfg.Conns)
+	defer func() {
+		for _, c := range conns {
+			syscall.Close(c.fd)
+		}
+	}()
+	for i := range cfg.Conns {
+		c, err := dialLoop(cfg, i)
+		if err != nil {
+			return Result{}, fmt.Errorf("loadgen: connect to %s: %w", cfg.Socket, err)
+		}
+		conns = append(conns, c)
+	}
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return Result{}, fmt.Errorf("loadgen: epoll: %w", err)
+	}
+	defer syscall.Close(ep)
+	for i, c := range conns {
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(i)}
+		if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
+			return Result{}, fmt.Errorf("loadgen: epoll: %w", err)
+		}
+	}
+
+	clients := make([]*client, len(conns))
+	for i, c := range conns {
+		clients[i] = c.client
+	}
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(progressDone)
+		progress(cfg, clients, start, stopProgress)
+	}()
+	deadline := start.Add(cfg.Duration)
+
+	sending := true
+	for _, c := range conns {
+		c.send(cfg.InFlight, ep)
+	}
+	events := make([]syscall.EpollEvent, len(conns))
+	open := len(conns)
+	for open > 0 {
+		if sending && (ctx.Err() != nil || !time.Now().Before(deadline)) {
+			sending = false
+			for _, c := range conns {
+				c.closeWrite()
+			}
+		}
+		if !sending && ctx.Err() != nil {
+			break // cancelled: do not wait for the last replies
+		}
+		// Wake at least every 10 ms to notice the end of the run.
+		n, err := syscall.EpollWait(ep, events, 10)
+		if err != nil {
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			close(stopProgress)
+			<-progressDone
+			return Result{}, fmt.Errorf("loadgen: epoll: %w", err)
+		}
+		for _, ev := range events[:n] {
+			c := conns[ev.Fd]
+			if c.done {
+				continue
+			}
+			if ev.Events&syscall.EPOLLOUT != 0 {
+				c.flush(ep)
+			}
+			if ev.Events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+				replies := c.read()
+				if c.done {
+					open--
+					_ = syscall.EpollCtl(ep, syscall.EPOLL_CTL_DEL, c.fd, nil)
+					continue
+				}
+				if sending && replies > 0 {
+					c.send(replies, ep)
+				}
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	close(stopProgress)
+	<-progressDone
+	return collect(clients, elapsed)
+}
+
+// send appends n requests to what is waiting to be written and writes.
+func (c *loopConn) send(n int, ep int) {
+	now := time.Now()
+	for range n {
+		c.seq++
+		c.wbuf = c.appendTake(c.wbuf, c.seq)
+		c.sent[(c.head+c.out)%len(c.sent)] = now
+		c.out++
+	}
+	c.flush(ep)
+}
+
+// flush writes what it can of wbuf, and asks epoll for room when the
+// socket is full.
+func (c *loopConn) flush(ep int) {
+	for len(c.wbuf) > 0 {
+		n, err := syscall.Write(c.fd, c.wbuf)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if errors.Is(err, syscall.EAGAIN) {
+			ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLOUT, Fd: int32(c.id)}
+			_ = syscall.EpollCtl(ep, syscall.EPOLL_CTL_MOD, c.fd, &ev)
+			return
+		}
+		if err != nil {
+			c.wbuf = c.wbuf[:0] // the read side reports the broken connection
+			return
+		}
+		c.wbuf = c.wbuf[:copy(c.wbuf, c.wbuf[n:])]
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(c.id)}
+	_ = syscall.EpollCtl(ep, syscall.EPOLL_CTL_MOD, c.fd, &ev)
+	if c.closedWrite {
+		_ = syscall.Shutdown(c.fd, syscall.SHUT_WR)
+	}
+}
+
+// closeWrite ends the connection's requests: once what waits to be
+// written is out, the sidecar sees end of input, answers what it read and
+// closes, which ends the reads after the last reply.
+func (c *loopConn) closeWrite() {
+	c.closedWrite = true
+	if len(c.wbuf) == 0 {
+		_ = syscall.Shutdown(c.fd, syscall.SHUT_WR)
+	}
+}
+
+// read reads what the socket holds and counts the whole replies in it.
+func (c *loopConn) read() (replies int) {
+	for {
+		if c.rlen == len(c.rbuf) {
+			c.fail(fmt.Errorf("a reply longer than %d bytes", len(c.rbuf)))
+			return replies
+		}
+		space := len(c.rbuf) - c.rlen
+		n, err := syscall.Read(c.fd, c.rbuf[c.rlen:])
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if errors.Is(err, syscall.EAGAIN) {
+			return replies
+		}
+		if err != nil {
+			c.fail(err)
+			return replies
+		}
+		if n == 0 {
+			if c.out > 0 || c.rlen > 0 {
+				c.fail(io.EOF)
+			}
+			c.done = true
+			return replies
+		}
+		c.rlen += n
+		buf := c.rbuf[:c.rlen]
+		for {
+			i := bytes.IndexByte(buf, '\n')
+			if i < 0 {
+				break
+			}
+			if !c.reply(buf[:i]) {
+				return replies
+			}
+			replies++
+			buf = buf[i+1:]
+		}
+		c.rlen = copy(c.rbuf, buf)
+		if n < space {
+			return replies // a short read emptied the socket
+		}
+	}
+}
+
+// reply counts one reply line against the oldest outstanding request.
+func (c *loopConn) reply(line []byte) bool {
+	if c.out == 0 {
+		c.fail(fmt.Errorf("a reply to no request: %q", line))
+		return false
+	}
+	at := c.sent[c.head]
+	c.head = (c.head + 1) % len(c.sent)
+	c.out--
+	c.lat.record(time.Since(at))
+	c.count(line)
+	c.replies.Add(1)
+	return true
+}
+
+func (c *loopConn) fail(err error) {
+	c.err = fmt.Errorf("loadgen: connection %d: read with %d replies outstanding: %w", c.id, c.out, err)
+	c.done = true
+}

@@ -150,7 +150,9 @@ func checkCounts(t *testing.T, f *fakeSidecar, inflight int) {
 	}
 }
 
-func TestRunSendsTheConfiguredRequests(t *testing.T) { eachEngine(t, testRunSendsTheConfiguredRequests) }
+func TestRunSendsTheConfiguredRequests(t *testing.T) {
+	eachEngine(t, testRunSendsTheConfiguredRequests)
+}
 
 func testRunSendsTheConfiguredRequests(t *testing.T) {
 	ok := protocol.AppendTake(nil, nil, protocol.TakeReply{Allowed: true, Limit: 9, Used: 1})

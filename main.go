@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -123,6 +124,7 @@ func serveCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-inflight-per-conn", Value: sidecar.DefaultMaxInflightPerConn, EnvVars: []string{"QUOTAD_MAX_INFLIGHT_PER_CONN"}, Usage: "requests of one connection in flight before reading pauses"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, EnvVars: []string{"QUOTAD_SHUTDOWN_TIMEOUT"}, Usage: "how long in-flight requests may finish after SIGTERM"},
 			&cli.BoolFlag{Name: "allow-inline", Value: true, EnvVars: []string{"QUOTAD_ALLOW_INLINE"}, Usage: "accept inline limit/window_ms; false allows named policies only"},
+			&cli.IntFlag{Name: "procs", Value: sidecar.DefaultProcs, EnvVars: []string{"QUOTAD_PROCS"}, Usage: "threads running quotad's Go code at once (GOMAXPROCS); 0 keeps Go's default (the CPUs, or the container's CPU limit rounded up to at least 2). Without --procs or QUOTAD_PROCS, a GOMAXPROCS variable is obeyed"},
 			&cli.DurationFlag{Name: "redis-flush-delay", Value: sidecar.DefaultFlushDelay, EnvVars: []string{"QUOTAD_REDIS_FLUSH_DELAY"}, Usage: "how long a Redis connection waits after a write to gather the next batch of commands (0: write at once)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"QUOTAD_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "json", EnvVars: []string{"QUOTAD_LOG_FORMAT"}, Usage: "json or console"},
@@ -175,6 +177,12 @@ func serve(c *cli.Context) error {
 	}
 	if c.Duration("redis-flush-delay") < 0 || c.Duration("redis-flush-delay") > time.Millisecond {
 		return fmt.Errorf("--redis-flush-delay must be between 0 and 1ms")
+	}
+	if c.Int("procs") < 0 {
+		return fmt.Errorf("--procs must be 0 (Go's default) or more")
+	}
+	if n := c.Int("procs"); n > 0 && (c.IsSet("procs") || os.Getenv("GOMAXPROCS") == "") {
+		runtime.GOMAXPROCS(n)
 	}
 	store, err := sidecar.OpenStore(sidecar.StoreOptions{
 		RedisURL: c.String("redis-url"), Timeout: timeout, Logger: log,

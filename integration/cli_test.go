@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,4 +126,39 @@ func TestCLISubjectsThatLookLikeCommands(t *testing.T) {
 		}
 	}
 	assertKeysHaveTTL(t, r, sc.prefix)
+}
+
+// TestProcsDefaultsToOneAndYieldsToGOMAXPROCS checks how many threads run the
+// sidecar's Go code, as its start line reports it: one by default, what
+// --procs or QUOTAD_PROCS says, and what GOMAXPROCS says when neither is
+// given.
+func TestProcsDefaultsToOneAndYieldsToGOMAXPROCS(t *testing.T) {
+	// The child inherits this process's environment and machine, so with
+	// --procs 0 it runs as many as this test does.
+	goDefault := float64(runtime.GOMAXPROCS(0))
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want float64
+	}{
+		{name: "default", env: []string{"GOMAXPROCS="}, want: 1},
+		{name: "flag", args: []string{"--procs", "3"}, want: 3},
+		{name: "env", env: []string{"QUOTAD_PROCS=3"}, want: 3},
+		{name: "GOMAXPROCS", env: []string{"GOMAXPROCS=3"}, want: 3},
+		{name: "flag over GOMAXPROCS", env: []string{"GOMAXPROCS=3"}, args: []string{"--procs", "2"}, want: 2},
+		{name: "zero keeps Go's default", args: []string{"--procs", "0"}, want: goDefault},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := launchSidecarEnv(t, socketPath(t), "", tc.env, tc.args...)
+			start := p.waitLog(t, "info", "quotad started")
+			if got, _ := start["procs"].(float64); got != tc.want {
+				t.Fatalf("procs = %v, want %v (start line %v)", start["procs"], tc.want, start)
+			}
+		})
+	}
+	_, stderr, code := cli(t, "serve", "--socket", socketPath(t), "--procs", "-1")
+	if code == 0 || !strings.Contains(stderr, "--procs") {
+		t.Fatalf("--procs -1: exit %d, stderr %q; want a refusal naming --procs", code, stderr)
+	}
 }

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"fmt"
+	"runtime"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -23,6 +24,7 @@ const (
 	keyBackoff     = "backoff"
 	keyOp          = "op"
 	keyInflight    = "inflight"
+	keyProcs       = "procs"
 	keyVersion     = "version"
 	keyTimeout     = "redis_timeout"
 	keyAllowInline = "allow_inline"
@@ -99,6 +101,7 @@ func (s *Server) LogStart(info StartInfo) {
 		zap.Duration(keyTimeout, s.opts.RedisTimeout),
 		zap.Int(keyMaxConns, s.opts.MaxConns),
 		zap.Int(keyInflight, s.opts.MaxInflightPerConn),
+		zap.Int(keyProcs, runtime.GOMAXPROCS(0)),
 	)
 }
 

@@ -29,6 +29,13 @@ const (
 	// 20us cut that benchmark's CPU per take by 30% and did not change
 	// BenchmarkSocketOneAtATime's (see the README's performance section).
 	DefaultFlushDelay = 20 * time.Microsecond
+	// DefaultProcs is the --procs default: quotad's Go code runs on one
+	// thread at a time. Its work is short and waits on sockets; with more
+	// processors the runtime woke idle threads to look for work at every
+	// request and kept its monitor thread waking every 20 µs, which on a
+	// 2-core machine cost more CPU than the requests and took it from Redis
+	// and the clients (see README, Performance).
+	DefaultProcs = 1
 )
 
 // Options configures a Server. Zero values take the defaults above.

@@ -75,7 +75,7 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{s: s, nc: nc, queue: make(chan *slot, s.opts.MaxInflightPerConn), wake: make(chan struct{}, 1)}
+	return &conn{s: s, nc: withRawIO(nc), queue: make(chan *slot, s.opts.MaxInflightPerConn), wake: make(chan struct{}, 1)}
 }
 
 func (c *conn) serve() {

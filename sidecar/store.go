@@ -134,6 +134,7 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	// above the call deadline so --redis-timeout decides, not rueidis.
 	copt.ConnWriteTimeout = max(10*time.Second, 2*opts.Timeout)
 	copt.MaxFlushDelay = opts.FlushDelay
+	copt.DialCtxFn = rawDialer(copt.DialCtxFn)
 	s.wg.Add(1)
 	go s.run(ctx, copt, opts.ProbeInterval)
 	return s, nil

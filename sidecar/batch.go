@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -90,16 +91,24 @@ func (s *Server) runBatch(b *windowBatch) {
 		return
 	}
 	ctx, cancel := s.callContext(s.reqCtx, s.opts.RedisTimeout)
+	s.sendBatch(ctx, b, false)
+	cancel()
+}
+
+// sendBatch is runBatch with the call's context; shortened says its
+// deadline is nearer than --redis-timeout, so that running out of it says
+// nothing about Redis's health.
+func (s *Server) sendBatch(ctx context.Context, b *windowBatch, shortened bool) {
 	if len(b.calls) == 1 {
 		b.res = append(b.res[:0], b.calls[0].Exec(ctx, b.client))
 	} else {
 		b.res = luascript.ExecMulti(ctx, b.client, b.calls)
 	}
-	cancel()
 	s.batched.Add(int64(len(b.items)))
+	s.metrics.redisBatch.Observe(float64(len(b.items)))
 	for i := range b.items {
 		it := &b.items[i]
-		out := s.finishWindow(&it.w, b.res[i], false, it.sl.out[:0])
+		out := s.finishWindow(&it.w, b.res[i], shortened, it.sl.out[:0])
 		s.observeRequest(&it.sl.req, it.start, 0, &out)
 		it.sl.out = out
 	}

@@ -22,9 +22,10 @@ const writeBufSize = 4 << 10
 // slot is one request's place in a connection's reply order. out is written
 // once, before done is set. Slots and their reply buffers are reused.
 type slot struct {
-	req  protocol.Request
-	out  []byte
-	done atomic.Bool
+	req   protocol.Request
+	out   []byte
+	done  atomic.Bool
+	ready chan struct{} // a token when the group batcher answered (group.go)
 }
 
 var slots = sync.Pool{New: func() any { return new(slot) }}
@@ -232,11 +233,18 @@ func (c *conn) start(line []byte, inline bool, b *windowBatch) *slot {
 		}
 	}
 	c.running.Add(1)
-	if inline {
-		c.run(sl)
-	} else {
+	if !inline {
 		c.s.workers.run(job{c: c, sl: sl})
+		return sl
 	}
+	if l, ok := c.s.batchable(&sl.req); ok {
+		// It shares its Redis call with other connections' (group.go).
+		c.s.group.run(sl, l)
+		sl.done.Store(true)
+		c.finished(1)
+		return sl
+	}
+	c.run(sl)
 	return sl
 }
 

@@ -58,6 +58,7 @@ type metrics struct {
 	decisions     *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	redisDuration prometheus.Histogram
+	redisBatch    prometheus.Histogram
 	redisErrors   *prometheus.CounterVec
 	inflight      prometheus.Gauge
 	reloads       *prometheus.CounterVec
@@ -88,6 +89,11 @@ func newMetrics(s *Server) *metrics {
 		Help:    "Time of each Redis command the requests send (EVALSHA, and EVAL when a script was missing).",
 		Buckets: latency,
 	})
+	m.redisBatch = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "quotad_redis_batch_requests",
+		Help:    "Fixed-window takes and peeks sent to Redis together, per batch: those a connection sent at once, or those of one-request-at-a-time clients that came while earlier batches were at Redis.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 9), // 1 to 256
+	})
 	m.redisErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quotad_redis_errors_total",
 		Help: "Redis commands that failed, by kind: timeout, connection, refused (LOADING, READONLY, OOM and the like).",
@@ -110,7 +116,7 @@ func newMetrics(s *Server) *metrics {
 		}
 		return 0
 	}
-	m.reg.MustRegister(m.decisions, m.duration, m.redisDuration, m.redisErrors, m.inflight, m.reloads, m.logDropped,
+	m.reg.MustRegister(m.decisions, m.duration, m.redisDuration, m.redisBatch, m.redisErrors, m.inflight, m.reloads, m.logDropped,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "quotad_redis_up",
 			Help: "1 when Redis answered the last call or probe; 0 when it is down (the breaker is open) or not reached yet.",

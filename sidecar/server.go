@@ -86,6 +86,7 @@ type Server struct {
 	deny      *localDeny
 	workers   workers
 	deadlines *sharedDeadline
+	group     groupBatcher
 
 	metrics   *metrics
 	readiness readiness
@@ -124,6 +125,7 @@ func NewServer(opts Options) *Server {
 		deny:      newLocalDeny(DefaultLocalDenyEntries),
 		workers:   workers{maxIdle: defaultMaxIdleWorkers},
 	}
+	s.group = groupBatcher{s: s}
 	s.cfg.Store(opts.Config)
 	s.deadlines = newSharedDeadline(ctx, opts.RedisTimeout)
 	s.metrics = newMetrics(s)

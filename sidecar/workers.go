@@ -32,6 +32,7 @@ type job struct {
 	c  *conn
 	sl *slot
 	b  *windowBatch
+	g  *groupBatcher
 }
 
 const (
@@ -70,7 +71,9 @@ func (p *workers) run(j job) {
 
 func (p *workers) loop(w *worker) {
 	for j := range w.jobs {
-		if j.b != nil {
+		if j.g != nil {
+			j.g.loop(j.b)
+		} else if j.b != nil {
 			j.c.runBatch(j.b)
 		} else {
 			j.c.run(j.sl)

@@ -1,0 +1,77 @@
+package sidecar
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"quotad/integration/redistest"
+)
+
+// One-at-a-time clients on different connections share Redis calls: while
+// Redis is paused, the first two batches wait at Redis and every request
+// that comes meanwhile joins the next batch. Every take is answered, in
+// full, once.
+func TestGroupBatchesOneAtATimeClientsAcrossConnections(t *testing.T) {
+	ts, c, r, _ := startBatchServer(t)
+	const conns = 16
+	clients := make([]*client, conns)
+	for i := range clients {
+		clients[i] = ts.dial(t)
+	}
+	before := ts.batched.Load()
+	if err := r.Do(t, "CLIENT", "PAUSE", "300", "ALL").Error(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	lines := make([]string, conns)
+	errs := make([]error, conns)
+	var wg sync.WaitGroup
+	for i, cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = cl.nc.SetDeadline(time.Now().Add(waitTimeout))
+			req := fmt.Sprintf(`{"op":"take","id":%d,"subject":"s%d","limit":5,"window_ms":60000}`+"\n", i, i%4)
+			if _, errs[i] = io.WriteString(cl.nc, req); errs[i] == nil {
+				lines[i], errs[i] = cl.r.ReadString('\n')
+			}
+		}()
+	}
+	wg.Wait()
+	for i, line := range lines {
+		if errs[i] != nil {
+			t.Fatalf("connection %d: %v", i, errs[i])
+		}
+		rep := decodeReply(t, line)
+		if !rep.OK || !rep.Allowed || string(rep.ID) != fmt.Sprint(i) {
+			t.Fatalf("reply %d: %s, want an allowed take with its own id", i, line)
+		}
+	}
+	// Four subjects, four takes each: each window counted every take once.
+	for s := range 4 {
+		rep := c.call(fmt.Sprintf(`{"op":"peek","subject":"s%d","limit":5,"window_ms":60000}`, s))
+		if !rep.OK || rep.Used != conns/4 {
+			t.Fatalf("peek s%d: %+v, want %d used", s, rep, conns/4)
+		}
+	}
+	if n := ts.batched.Load() - before; n < conns {
+		t.Fatalf("%d of %d takes went through a batch", n, conns)
+	}
+	var largest float64
+	for _, mf := range gather(t, ts.Server) {
+		if mf.GetName() != "quotad_redis_batch_requests" {
+			continue
+		}
+		for _, b := range mf.GetMetric()[0].GetHistogram().GetBucket() {
+			if b.GetCumulativeCount() < mf.GetMetric()[0].GetHistogram().GetSampleCount() {
+				largest = b.GetUpperBound() // some batch was larger than this
+			}
+		}
+	}
+	if largest < 2 {
+		t.Fatalf("no batch carried more than %v requests; the requests that came while Redis was paused should have shared one", largest)
+	}
+	redistest.AssertAllKeysHaveTTL(t, r.Client(t), testPrefix)
+}

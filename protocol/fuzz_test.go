@@ -255,7 +255,12 @@ func FuzzLineReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, input []byte, bufSize, max int, seed uint64) {
 		bufSize = 1 + int(uint(bufSize)%512)
 		max = int(uint(max) % 1024)
-		r := &chunkReader{data: bytes.Clone(input), rnd: rand.New(rand.NewPCG(seed, seed>>32)), max: 1 + int(seed%97)}
+		cr := chunkReader{data: bytes.Clone(input), rnd: rand.New(rand.NewPCG(seed, seed>>32)), max: 1 + int(seed%97)}
+		var r io.Reader = &cr
+		if seed&1 == 1 {
+			// A non-blocking source, as the sidecar's sockets are.
+			r = &wouldBlockReader{chunkReader: cr}
+		}
 		lr := protocol.NewLineReader(r, bufSize, max)
 		want := expectLines(input, max)
 		var got []string
@@ -263,6 +268,12 @@ func FuzzLineReader(f *testing.F) {
 			line, err := lr.ReadLine()
 			if err == io.EOF {
 				break
+			}
+			if errors.Is(err, protocol.ErrWouldBlock) {
+				if line != nil {
+					t.Fatalf("ReadLine returned %q with ErrWouldBlock", line)
+				}
+				continue // the source has more later
 			}
 			if errors.Is(err, protocol.ErrTooLarge) {
 				got = append(got, tooLarge)

@@ -15,7 +15,16 @@ type LineReader struct {
 	br   *bufio.Reader
 	max  int
 	long []byte // assembles a line that spans more than one buffer fill
+	// partial: long holds the start of a line that ErrWouldBlock cut off;
+	// discarding: an oversized line is being skipped across ErrWouldBlock.
+	partial, discarding bool
 }
+
+// ErrWouldBlock is what a non-blocking source returns from Read when it has
+// no data for now. ReadLine then returns it too, keeping what it has of the
+// current line, and the next ReadLine goes on from there once the source
+// has more.
+var ErrWouldBlock = errors.New("protocol: no input for now")
 
 // NewLineReader returns a reader of lines of at most max bytes. bufSize is
 // the size of the read buffer; lines longer than it are assembled in a
@@ -44,7 +53,13 @@ func (lr *LineReader) HasLine() bool {
 // returned as a line; then io.EOF. ErrTooLarge leaves the reader positioned
 // after the oversized line (or at end of input).
 func (lr *LineReader) ReadLine() ([]byte, error) {
-	lr.long = lr.long[:0]
+	if lr.discarding {
+		return nil, lr.discard()
+	}
+	if !lr.partial {
+		lr.long = lr.long[:0]
+	}
+	lr.partial = false
 	for {
 		frag, err := lr.br.ReadSlice('\n')
 		switch {
@@ -61,6 +76,13 @@ func (lr *LineReader) ReadLine() ([]byte, error) {
 				return nil, lr.discard()
 			}
 			lr.long = append(lr.long, frag...)
+		case errors.Is(err, ErrWouldBlock):
+			if len(lr.long)+len(frag) > lr.max+1 {
+				return nil, lr.discard()
+			}
+			lr.long = append(lr.long, frag...)
+			lr.partial = true
+			return nil, err
 		default:
 			if len(frag) == 0 && len(lr.long) == 0 {
 				return nil, err
@@ -83,9 +105,12 @@ func (lr *LineReader) finish(line []byte) ([]byte, error) {
 	return line, nil
 }
 
-// discard skips to the end of the current line.
+// discard skips to the end of the current line. When the source would
+// block first, it returns ErrWouldBlock and the next ReadLine goes on
+// skipping.
 func (lr *LineReader) discard() error {
 	lr.long = lr.long[:0]
+	lr.discarding = false
 	for {
 		_, err := lr.br.ReadSlice('\n')
 		switch {
@@ -95,6 +120,9 @@ func (lr *LineReader) discard() error {
 			continue
 		case errors.Is(err, io.EOF):
 			return ErrTooLarge
+		case errors.Is(err, ErrWouldBlock):
+			lr.discarding = true
+			return err
 		default:
 			return err
 		}

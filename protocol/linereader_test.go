@@ -33,6 +33,11 @@ func readAll(t testing.TB, lr *protocol.LineReader) []string {
 				t.Errorf("ReadLine returned %q with ErrTooLarge", line)
 			}
 			got = append(got, tooLarge)
+		case errors.Is(err, protocol.ErrWouldBlock):
+			if line != nil {
+				t.Errorf("ReadLine returned %q with ErrWouldBlock", line)
+			}
+			// A non-blocking source had nothing for now: read again.
 		case err == io.EOF:
 			// Stays at EOF.
 			if _, err := lr.ReadLine(); err != io.EOF {
@@ -63,15 +68,34 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// wouldBlockReader is a non-blocking source: between random chunks it has
+// nothing for now, at most once in a row. At end of input it says so, as a
+// socket does.
+type wouldBlockReader struct {
+	chunkReader
+	blocked bool
+}
+
+func (w *wouldBlockReader) Read(p []byte) (int, error) {
+	if !w.blocked && len(w.data) > 0 && w.rnd.IntN(2) == 0 {
+		w.blocked = true
+		return 0, protocol.ErrWouldBlock
+	}
+	w.blocked = false
+	return w.chunkReader.Read(p)
+}
+
 // readers returns the ways a test feeds input to a LineReader: whole, a
-// byte at a time, in random chunks, and with EOF arriving with the last data.
+// byte at a time, in random chunks, with EOF arriving with the last data,
+// and in chunks from a source that often has nothing for now.
 func readers(input string, seed uint64) map[string]io.Reader {
 	return map[string]io.Reader{
-		"whole":      strings.NewReader(input),
-		"one byte":   iotest.OneByteReader(strings.NewReader(input)),
-		"half":       iotest.HalfReader(strings.NewReader(input)),
-		"chunks":     &chunkReader{data: []byte(input), rnd: rand.New(rand.NewPCG(seed, 1)), max: 37},
-		"data error": iotest.DataErrReader(strings.NewReader(input)),
+		"would block": &wouldBlockReader{chunkReader: chunkReader{data: []byte(input), rnd: rand.New(rand.NewPCG(seed, 2)), max: 7}},
+		"whole":       strings.NewReader(input),
+		"one byte":    iotest.OneByteReader(strings.NewReader(input)),
+		"half":        iotest.HalfReader(strings.NewReader(input)),
+		"chunks":      &chunkReader{data: []byte(input), rnd: rand.New(rand.NewPCG(seed, 1)), max: 37},
+		"data error":  iotest.DataErrReader(strings.NewReader(input)),
 	}
 }
 

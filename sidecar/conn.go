@@ -3,9 +3,11 @@ package sidecar
 import (
 	"bufio"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"quotad/protocol"
@@ -73,6 +75,9 @@ type conn struct {
 	// adds to it, so when it reads 0 the writer holds nothing and will get
 	// nothing until the reader sends again.
 	queued atomic.Int64
+	// stopped tells the reader to read no more from the socket (see
+	// pollSource): the connection is closed or draining.
+	stopped atomic.Bool
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -86,7 +91,25 @@ func (c *conn) serve() {
 
 // stopReading makes the blocked read return, so the reader answers the lines
 // it already buffered and then closes the queue.
-func (c *conn) stopReading() { _ = c.nc.SetReadDeadline(time.Now()) }
+func (c *conn) stopReading() {
+	c.stopped.Store(true)
+	_ = c.nc.SetReadDeadline(time.Now())
+}
+
+// close ends the connection at once: the client sees it closed and the
+// reader reads no more. The writer closes the socket itself once the reader
+// is done (writeLoop): closing it while the reader is inside its RawRead
+// (readLoop) would wait for the reader, which may be waiting for the writer.
+func (c *conn) close() {
+	c.stopped.Store(true)
+	raw, ok := c.nc.(*rawConn)
+	if !ok {
+		c.nc.Close()
+		return
+	}
+	_ = raw.io.rc.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
+	_ = c.nc.SetReadDeadline(time.Now()) // wakes a reader waiting on the poller
+}
 
 // drain is Shutdown's first step for one connection: an idle one stops
 // reading at once; one with requests running stops when the last of them is
@@ -100,24 +123,82 @@ func (c *conn) drain() {
 
 func (c *conn) readLoop() {
 	defer close(c.queue)
-	lr := protocol.NewLineReader(c.nc, readBufSize, c.s.opts.MaxLineBytes)
+	raw, ok := c.nc.(*rawConn)
+	if !ok {
+		c.readLines(protocol.NewLineReader(c.nc, readBufSize, c.s.opts.MaxLineBytes))
+		return
+	}
+	// The reader stays inside one read of the socket: Go's poller calls f
+	// when there may be data, f answers the lines it reads until the socket
+	// is empty, and asks to wait again. A read that came back short emptied
+	// the socket, so f waits rather than read once more only to get EAGAIN
+	// (a system call per request for one-at-a-time clients): within one
+	// RawRead, data that arrives after that read wakes the poller again.
+	// (A new RawRead forgets what the poller saw before it; net.Conn's Read
+	// must read first for that reason.)
+	src := &pollSource{c: c}
+	lr := protocol.NewLineReader(src, readBufSize, c.s.opts.MaxLineBytes)
+	_ = raw.io.rc.Read(func(fd uintptr) bool {
+		src.fd, src.drained = fd, false
+		return !c.readLines(lr)
+	})
+}
+
+// pollSource is the socket as readLoop's line reader reads it: raw reads
+// of fd that say protocol.ErrWouldBlock when the socket is empty.
+type pollSource struct {
+	c       *conn
+	fd      uintptr
+	drained bool // the last read came back short
+}
+
+var errStopped = errors.New("the connection stopped reading")
+
+func (s *pollSource) Read(p []byte) (int, error) {
+	if s.c.stopped.Load() {
+		return 0, errStopped
+	}
+	if s.drained || len(p) == 0 {
+		return 0, protocol.ErrWouldBlock
+	}
+	n, errno := rawRead(s.fd, p)
+	switch {
+	case errno == syscall.EAGAIN:
+		s.drained = true
+		return 0, protocol.ErrWouldBlock
+	case errno != 0:
+		return 0, errno
+	case n == 0:
+		return 0, io.EOF
+	}
+	s.drained = n < len(p)
+	return n, nil
+}
+
+// readLines answers the lines lr reads. It reports true when lr's source
+// would block, so the reader should wait for more, and false when the input
+// ended.
+func (c *conn) readLines(lr *protocol.LineReader) (wait bool) {
 	for {
 		line, err := lr.ReadLine()
 		if errors.Is(err, protocol.ErrTooLarge) {
 			c.push(doneSlot(protocol.AppendErr(nil, nil, err)))
 			continue
 		}
+		if errors.Is(err, protocol.ErrWouldBlock) {
+			return true
+		}
 		if err != nil {
 			// EOF, a closed connection or the shutdown read deadline: none
 			// is worth a log line.
-			return
+			return false
 		}
 		if isBlank(line) {
 			continue
 		}
 		if lr.HasLine() {
 			if !c.readBatch(lr, line) {
-				return
+				return false
 			}
 			continue
 		}
@@ -134,8 +215,8 @@ func (c *conn) readLoop() {
 			_, err := c.nc.Write(sl.out)
 			freeSlot(sl)
 			if err != nil {
-				c.nc.Close() // as the writer does: the client is gone
-				return
+				c.close() // as the writer does: the client is gone
+				return false
 			}
 			continue
 		}
@@ -270,7 +351,7 @@ func (c *conn) finished(n int64) {
 
 func (c *conn) writeLoop() {
 	defer c.s.untrack(c)
-	defer c.nc.Close()
+	defer c.nc.Close() // the reader closed the queue: it is done
 	bw := bufio.NewWriterSize(c.nc, writeBufSize)
 	broken := false
 	for sl := range c.queue {
@@ -279,7 +360,7 @@ func (c *conn) writeLoop() {
 			// not: they must not wait for a later request's Redis call.
 			if !broken && bw.Buffered() > 0 && bw.Flush() != nil {
 				broken = true
-				c.nc.Close()
+				c.close()
 			}
 			for !sl.done.Load() {
 				<-c.wake
@@ -299,7 +380,7 @@ func (c *conn) writeLoop() {
 			// The client is gone or stopped reading past a deadline: close so
 			// the reader stops too.
 			broken = true
-			c.nc.Close()
+			c.close()
 		}
 		c.queued.Add(-1) // after the flush: see queued
 	}

@@ -49,17 +49,8 @@ func (r *rawIO) Read(p []byte) (int, error) {
 	var n int
 	var errno syscall.Errno
 	err := r.rc.Read(func(fd uintptr) bool {
-		for {
-			m, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false
-			}
-			n, errno = int(m), e
-			return true
-		}
+		n, errno = rawRead(fd, p)
+		return errno != syscall.EAGAIN
 	})
 	switch {
 	case err != nil:
@@ -70,6 +61,16 @@ func (r *rawIO) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// rawRead is read(2) of a non-empty p, retried on EINTR.
+func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e != syscall.EINTR {
+			return int(n), e
+		}
+	}
 }
 
 // Write writes all of p, waiting for room in the socket's buffer when it is

@@ -264,7 +264,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close closes the listeners and every connection at once and cancels
 // in-flight Redis calls.
 func (s *Server) Close() {
-	s.stop(func(c *conn) { c.nc.Close() })
+	s.stop((*conn).close)
 	s.cancelReq()
 }
 

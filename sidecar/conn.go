@@ -171,8 +171,24 @@ func (s *pollSource) Read(p []byte) (int, error) {
 	case n == 0:
 		return 0, io.EOF
 	}
-	s.drained = n < len(p)
+	// A short read emptied the socket of data; but a peer's end of input
+	// that came with the data shows only at the next read, and brings no
+	// new wake-up. So the reader skips that read only when the data ends
+	// lines that will be answered: a client reading a reply frees room in
+	// the socket, and the poller's wake-up for that reports the end of
+	// input too. A partial line or blank lines alone are read once more.
+	s.drained = n < len(p) && p[n-1] == '\n' && hasRequest(p[:n])
 	return n, nil
+}
+
+// hasRequest reports whether b holds a line that is not blank.
+func hasRequest(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return true
+		}
+	}
+	return false
 }
 
 // readLines answers the lines lr reads. It reports true when lr's source

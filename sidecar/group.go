@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -91,26 +92,43 @@ func (g *groupBatcher) send(b *windowBatch) {
 	s := g.s
 	client, err := s.store.Client()
 	if err != nil {
-		// Redis went down while they waited: as stage would have answered.
-		for i := range b.items {
-			it := &b.items[i]
-			out := s.appendUndecided(it.sl.out[:0], &it.sl.req, it.w.l, err)
-			s.observeRequest(&it.sl.req, it.start, 0, &out)
-			it.sl.out = out
-		}
+		g.answer(b, err) // Redis went down while they waited: as stage would have answered
 		return
 	}
 	b.client = s.instrument(client)
 	// Requests that waited less than the shared deadline's tolerance take
 	// a shared context (deadline.go); others keep their own deadline.
 	oldest := b.items[0].start
-	if time.Since(oldest) < s.deadlines.share {
+	waited := time.Since(oldest)
+	if waited < s.deadlines.share {
 		ctx, cancel := s.callContext(s.reqCtx, s.opts.RedisTimeout)
 		s.sendBatch(ctx, b, false)
 		cancel()
 		return
 	}
+	if waited >= s.opts.RedisTimeout {
+		// Their time ran out behind earlier batches: not sent, not run.
+		g.answer(b, errWaitedTooLong)
+		return
+	}
 	ctx, cancel := context.WithDeadline(s.reqCtx, oldest.Add(s.opts.RedisTimeout))
-	s.sendBatch(ctx, b, true)
+	// A call left with less than half the deadline says little about
+	// Redis when it runs out; one with more does, as for any call.
+	s.sendBatch(ctx, b, waited > s.opts.RedisTimeout/2)
 	cancel()
+}
+
+// errWaitedTooLong answers requests whose deadline passed while they
+// waited for a batch (appendFailure: UNAVAILABLE, not run).
+var errWaitedTooLong = errors.New("redis did not answer earlier calls within the deadline")
+
+// answer answers b's requests, unsent, as Redis's failure err says.
+func (g *groupBatcher) answer(b *windowBatch, err error) {
+	s := g.s
+	for i := range b.items {
+		it := &b.items[i]
+		out := s.appendUndecided(it.sl.out[:0], &it.sl.req, it.w.l, err)
+		s.observeRequest(&it.sl.req, it.start, 0, &out)
+		it.sl.out = out
+	}
 }

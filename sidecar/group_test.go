@@ -3,11 +3,13 @@ package sidecar
 import (
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"quotad/integration/redistest"
+	"quotad/protocol"
 )
 
 // One-at-a-time clients on different connections share Redis calls: while
@@ -59,19 +61,45 @@ func TestGroupBatchesOneAtATimeClientsAcrossConnections(t *testing.T) {
 	if n := ts.batched.Load() - before; n < conns {
 		t.Fatalf("%d of %d takes went through a batch", n, conns)
 	}
-	var largest float64
+	// Every batch of one request falls in the histogram's first bucket.
+	var batches, ofOne uint64
 	for _, mf := range gather(t, ts.Server) {
-		if mf.GetName() != "quotad_redis_batch_requests" {
-			continue
-		}
-		for _, b := range mf.GetMetric()[0].GetHistogram().GetBucket() {
-			if b.GetCumulativeCount() < mf.GetMetric()[0].GetHistogram().GetSampleCount() {
-				largest = b.GetUpperBound() // some batch was larger than this
-			}
+		if mf.GetName() == "quotad_redis_batch_requests" {
+			h := mf.GetMetric()[0].GetHistogram()
+			batches, ofOne = h.GetSampleCount(), h.GetBucket()[0].GetCumulativeCount()
 		}
 	}
-	if largest < 2 {
-		t.Fatalf("no batch carried more than %v requests; the requests that came while Redis was paused should have shared one", largest)
+	if batches == 0 || ofOne == batches {
+		t.Fatalf("%d batches, %d of them of one request; the requests that came while Redis was paused should have shared one", batches, ofOne)
 	}
 	redistest.AssertAllKeysHaveTTL(t, r.Client(t), testPrefix)
+}
+
+// A batch whose oldest request already waited --redis-timeout behind
+// earlier batches is not sent: its requests are answered UNAVAILABLE, not
+// run, within their deadline.
+func TestGroupBatchPastItsDeadlineIsNotSent(t *testing.T) {
+	ts, _, r, _ := startBatchServer(t)
+	s := ts.Server
+	sl := newSlot()
+	if err := protocol.Decode([]byte(`{"op":"take","id":7,"subject":"late","limit":5,"window_ms":60000}`), &sl.req); err != nil {
+		t.Fatal(err)
+	}
+	l, ok := s.batchable(&sl.req)
+	if !ok {
+		t.Fatal("a fixed-window take is not batchable")
+	}
+	b := batches.Get().(*windowBatch)
+	if !s.stage(b, sl, l) {
+		t.Fatalf("the take was answered without Redis: %s", sl.out)
+	}
+	b.items[0].start = time.Now().Add(-s.opts.RedisTimeout) // it waited its whole deadline
+	resetStats(t, r)
+	s.group.send(b)
+	if got := string(sl.out); !strings.Contains(got, `"error":"UNAVAILABLE"`) || !strings.Contains(got, "the request was not run") {
+		t.Fatalf("reply %s, want UNAVAILABLE: not run", got)
+	}
+	if n := scriptCalls(t, r); n != 0 {
+		t.Fatalf("Redis ran %d scripts for a batch past its deadline", n)
+	}
 }

@@ -237,7 +237,7 @@ func (s *Server) appendFailure(dst []byte, req *protocol.Request, err error) []b
 		return protocol.AppendError(dst, req.ID, protocol.CodeShuttingDown, "the sidecar shut down before redis answered"+unknown)
 	case errors.Is(err, context.DeadlineExceeded):
 		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, "redis did not answer in time"+unknown)
-	case errors.Is(err, ErrNotConnected):
+	case errors.Is(err, ErrNotConnected), errors.Is(err, errWaitedTooLong):
 		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, err.Error()+": the request was not run")
 	case errors.Is(err, ErrBreakerOpen):
 		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, ErrBreakerOpen.Error())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -29,8 +30,11 @@ type loopConn struct {
 	head, out   int         // the oldest outstanding request's place, and how many
 	wbuf        []byte      // requests not yet written (the socket was full)
 	seq         uint64
-	closedWrite bool
-	done        bool
+	closedWrite bool // the run ended: shut the write side once wbuf is out
+	shut        bool
+	// watchingRoom: the set reports room to write (wbuf waits for it).
+	watchingRoom bool
+	done         bool
 }
 
 // useLoop is a variable for the tests, which run both ways.
@@ -103,6 +107,12 @@ func runLoop(ctx context.Context, cfg *Config) (Result, error) {
 		c.send(cfg.InFlight, ep)
 	}
 	events := make([]syscall.EpollEvent, len(conns))
+	// A raw epoll_wait keeps its processor while it waits; with one, the
+	// rest of the process would run only when the runtime preempts it.
+	wait := epollWait
+	if runtime.GOMAXPROCS(0) == 1 {
+		wait = syscall.EpollWait
+	}
 	open := len(conns)
 	for open > 0 {
 		if sending && (ctx.Err() != nil || !time.Now().Before(deadline)) {
@@ -115,7 +125,7 @@ func runLoop(ctx context.Context, cfg *Config) (Result, error) {
 			break // cancelled: do not wait for the last replies
 		}
 		// Wake at least every 10 ms to notice the end of the run.
-		n, err := epollWait(ep, events, 10)
+		n, err := wait(ep, events, 10)
 		if err != nil {
 			if errors.Is(err, syscall.EINTR) {
 				continue
@@ -172,8 +182,7 @@ func (c *loopConn) flush(ep int) {
 			continue
 		}
 		if errors.Is(err, syscall.EAGAIN) {
-			ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLOUT, Fd: int32(c.id)}
-			_ = syscall.EpollCtl(ep, syscall.EPOLL_CTL_MOD, c.fd, &ev)
+			c.watchRoom(ep, true)
 			return
 		}
 		if err != nil {
@@ -182,11 +191,24 @@ func (c *loopConn) flush(ep int) {
 		}
 		c.wbuf = c.wbuf[:copy(c.wbuf, c.wbuf[n:])]
 	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(c.id)}
-	_ = syscall.EpollCtl(ep, syscall.EPOLL_CTL_MOD, c.fd, &ev)
+	c.watchRoom(ep, false)
 	if c.closedWrite {
-		_ = syscall.Shutdown(c.fd, syscall.SHUT_WR)
+		c.shutdown()
 	}
+}
+
+// watchRoom asks epoll to report room in the socket, or stops asking; it
+// changes the set only when that changes.
+func (c *loopConn) watchRoom(ep int, on bool) {
+	if c.watchingRoom == on {
+		return
+	}
+	c.watchingRoom = on
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(c.id)}
+	if on {
+		ev.Events |= syscall.EPOLLOUT
+	}
+	_ = syscall.EpollCtl(ep, syscall.EPOLL_CTL_MOD, c.fd, &ev)
 }
 
 // closeWrite ends the connection's requests: once what waits to be
@@ -195,6 +217,13 @@ func (c *loopConn) flush(ep int) {
 func (c *loopConn) closeWrite() {
 	c.closedWrite = true
 	if len(c.wbuf) == 0 {
+		c.shutdown()
+	}
+}
+
+func (c *loopConn) shutdown() {
+	if !c.shut {
+		c.shut = true
 		_ = syscall.Shutdown(c.fd, syscall.SHUT_WR)
 	}
 }

@@ -101,14 +101,14 @@ func (c *conn) stopReading() {
 // is done (writeLoop): closing it while the reader is inside its RawRead
 // (readLoop) would wait for the reader, which may be waiting for the writer.
 func (c *conn) close() {
-	c.stopped.Store(true)
 	raw, ok := c.nc.(*rawConn)
 	if !ok {
+		c.stopped.Store(true)
 		c.nc.Close()
 		return
 	}
 	_ = raw.io.rc.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
-	_ = c.nc.SetReadDeadline(time.Now()) // wakes a reader waiting on the poller
+	c.stopReading()
 }
 
 // drain is Shutdown's first step for one connection: an idle one stops

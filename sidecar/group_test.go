@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -75,31 +76,46 @@ func TestGroupBatchesOneAtATimeClientsAcrossConnections(t *testing.T) {
 	redistest.AssertAllKeysHaveTTL(t, r.Client(t), testPrefix)
 }
 
-// A batch whose oldest request already waited --redis-timeout behind
-// earlier batches is not sent: its requests are answered UNAVAILABLE, not
-// run, within their deadline.
-func TestGroupBatchPastItsDeadlineIsNotSent(t *testing.T) {
-	ts, _, r, _ := startBatchServer(t)
-	s := ts.Server
-	sl := newSlot()
-	if err := protocol.Decode([]byte(`{"op":"take","id":7,"subject":"late","limit":5,"window_ms":60000}`), &sl.req); err != nil {
-		t.Fatal(err)
-	}
-	l, ok := s.batchable(&sl.req)
-	if !ok {
-		t.Fatal("a fixed-window take is not batchable")
-	}
-	b := batches.Get().(*windowBatch)
-	if !s.stage(b, sl, l) {
-		t.Fatalf("the take was answered without Redis: %s", sl.out)
-	}
-	b.items[0].start = time.Now().Add(-s.opts.RedisTimeout) // it waited its whole deadline
-	resetStats(t, r)
-	s.group.send(b)
-	if got := string(sl.out); !strings.Contains(got, `"error":"UNAVAILABLE"`) || !strings.Contains(got, "the request was not run") {
-		t.Fatalf("reply %s, want UNAVAILABLE: not run", got)
-	}
-	if n := scriptCalls(t, r); n != 0 {
-		t.Fatalf("Redis ran %d scripts for a batch past its deadline", n)
+// A batch is not sent when its requests can no longer be run in time:
+// the oldest already waited --redis-timeout behind earlier batches, or the
+// breaker opened while they waited. Its requests are answered UNAVAILABLE,
+// not run, and Redis runs nothing.
+func TestGroupBatchThatCannotRunInTimeIsNotSent(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spoil func(s *Server, st *Store, b *windowBatch)
+	}{
+		{"past its deadline", func(s *Server, _ *Store, b *windowBatch) {
+			b.items[0].start = time.Now().Add(-s.opts.RedisTimeout) // it waited its whole deadline
+		}},
+		{"breaker opened", func(_ *Server, st *Store, _ *windowBatch) {
+			st.setUp(false, false, errors.New("connection refused"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts, _, r, st := startBatchServer(t)
+			s := ts.Server
+			sl := newSlot()
+			if err := protocol.Decode([]byte(`{"op":"take","id":7,"subject":"late","limit":5,"window_ms":60000}`), &sl.req); err != nil {
+				t.Fatal(err)
+			}
+			l, ok := s.batchable(&sl.req)
+			if !ok {
+				t.Fatal("a fixed-window take is not batchable")
+			}
+			b := batches.Get().(*windowBatch)
+			if !s.stage(b, sl, l) {
+				t.Fatalf("the take was answered without Redis: %s", sl.out)
+			}
+			tc.spoil(s, st, b)
+			resetStats(t, r)
+			s.group.send(b)
+			if got := string(sl.out); !strings.Contains(got, `"error":"UNAVAILABLE"`) || !strings.Contains(got, "not run") {
+				t.Fatalf("reply %s, want UNAVAILABLE: not run", got)
+			}
+			if n := scriptCalls(t, r); n != 0 {
+				t.Fatalf("Redis ran %d scripts for a batch that could not run in time", n)
+			}
+		})
 	}
 }

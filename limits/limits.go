@@ -1,0 +1,137 @@
+// Package limits defines the shapes quotad decides against and their
+// bounds, once. The protocol decoder, the policy file and the Lua calls
+// all check a shape here, so a bound cannot drift between them; the Lua
+// scripts check the same numbers again (luascript's prelude is built from
+// these constants).
+//
+// It imports nothing of quotad's and never will: every other package may
+// import it.
+package limits
+
+import "strconv"
+
+// Algorithms a request or a policy may name. An absent algorithm is
+// FixedWindow, so requests written before there was a choice keep their
+// meaning.
+const (
+	FixedWindow = "fixed_window"
+	TokenBucket = "token_bucket"
+	Concurrency = "concurrency"
+)
+
+// Bounds. Units are in the names.
+const (
+	// MaxLimit bounds a limit, a cost, a rate and a burst. Lua numbers
+	// are doubles: every sum the scripts form stays far below 2^53.
+	MaxLimit = 1_000_000_000
+	// MaxWindowMS bounds every length of time a key may have to live: a
+	// window, a period, a lease, a bucket's refill time (31 days).
+	MaxWindowMS = 31 * 24 * 60 * 60 * 1000
+	// MaxLeases bounds a concurrency limit: each take reads every lease of
+	// its subject, so this bounds the work of one decision.
+	MaxLeases = 100_000
+	// MaxRequestIDBytes bounds a request id, which is stored in the hash.
+	MaxRequestIDBytes = 64
+	// MaxRequestIDs bounds a policy's max_request_ids: each record is a
+	// hash field, so this bounds one key's size.
+	MaxRequestIDs = 1_000_000
+	// DefaultMaxRequestIDs caps the request id records of one window when
+	// a policy (or inline limits) does not say.
+	DefaultMaxRequestIDs = 10_000
+)
+
+// Error says which field of a shape is out of bounds and why.
+type Error struct {
+	Field   string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func outOfRange(field string, lo, hi int64, unit string) *Error {
+	msg := field + " must be an integer from " + strconv.FormatInt(lo, 10) + " to " + strconv.FormatInt(hi, 10)
+	if unit != "" {
+		msg += " (" + unit + ")"
+	}
+	return &Error{Field: field, Message: msg}
+}
+
+// CheckLimit checks a fixed window's limit (also a rate or a burst's range
+// under another field name).
+func CheckLimit(field string, n int64) error {
+	if n < 1 || n > MaxLimit {
+		return outOfRange(field, 1, MaxLimit, "")
+	}
+	return nil
+}
+
+// CheckDuration checks a length of time in milliseconds.
+func CheckDuration(field string, ms int64) error {
+	if ms < 1 || ms > MaxWindowMS {
+		return outOfRange(field, 1, MaxWindowMS, "31 days")
+	}
+	return nil
+}
+
+// CheckFixedWindow checks a fixed window: limit per window_ms.
+func CheckFixedWindow(limit, windowMS int64) error {
+	if err := CheckLimit("limit", limit); err != nil {
+		return err
+	}
+	return CheckDuration("window_ms", windowMS)
+}
+
+// CheckTokenBucket checks a token bucket: rate tokens per period_ms, burst
+// tokens at most, and an empty bucket refills (burst * period_ms / rate)
+// within MaxWindowMS, so every time it stores fits a key's TTL.
+func CheckTokenBucket(rate, periodMS, burst int64) error {
+	if err := CheckLimit("rate", rate); err != nil {
+		return err
+	}
+	if err := CheckDuration("period_ms", periodMS); err != nil {
+		return err
+	}
+	if err := CheckLimit("burst", burst); err != nil {
+		return err
+	}
+	if burst*periodMS > MaxWindowMS*rate { // each side below 2^62
+		return &Error{Field: "burst", Message: "burst * period_ms / rate (the time to refill from empty) must be at most " +
+			strconv.FormatInt(MaxWindowMS, 10) + " ms (31 days)"}
+	}
+	return nil
+}
+
+// CheckConcurrency checks a concurrency limit: limit leases of lease_ms.
+func CheckConcurrency(limit, leaseMS int64) error {
+	if limit < 1 || limit > MaxLeases {
+		return outOfRange("limit", 1, MaxLeases, "for concurrency")
+	}
+	return CheckDuration("lease_ms", leaseMS)
+}
+
+// CheckMaxRequestIDs checks a max_request_ids.
+func CheckMaxRequestIDs(n int64) error {
+	if n < 1 || n > MaxRequestIDs {
+		return outOfRange("max_request_ids", 1, MaxRequestIDs, "")
+	}
+	return nil
+}
+
+// ValidRequestID reports whether s is a request id: 1 to
+// MaxRequestIDBytes of A-Z a-z 0-9 _ -.
+func ValidRequestID(s string) bool {
+	if s == "" || len(s) > MaxRequestIDBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// RequestIDRule is how messages describe a valid request id.
+const RequestIDRule = "request_id must be 1 to 64 of A-Z a-z 0-9 _ -"

@@ -6,11 +6,13 @@ import (
 	"strconv"
 
 	"github.com/redis/rueidis"
+
+	"quotad/limits"
 )
 
 // MaxLeases bounds a concurrency limit: every take reads the whole lease
 // set, so this bounds the work and memory of one decision.
-const MaxLeases = 100_000
+const MaxLeases = limits.MaxLeases
 
 var (
 	//go:embed concurrency_take.lua
@@ -20,10 +22,9 @@ var (
 	//go:embed concurrency_release.lua
 	concurrencyReleaseSrc string
 
-	// Not retried, as for the fixed window: see fixedWindowTake.
-	concurrencyTake    = rueidis.NewLuaScript(concurrencyTakeSrc)
-	concurrencyRelease = rueidis.NewLuaScript(concurrencyReleaseSrc)
-	concurrencyPeek    = newReadOnlyScript(concurrencyPeekSrc)
+	concurrencyTake    = newScript("concurrency_take.lua", concurrencyTakeSrc)
+	concurrencyPeek    = newScript("concurrency_peek.lua", concurrencyPeekSrc)
+	concurrencyRelease = newScript("concurrency_release.lua", concurrencyReleaseSrc)
 )
 
 // Leases is a lease set's shape.
@@ -32,15 +33,9 @@ type Leases struct {
 	LeaseMS int64 // how long a lease lives unless renewed, 1..MaxWindowMS
 }
 
-// Validate checks the bounds the scripts check.
+// Validate checks the bounds the scripts check (limits.CheckConcurrency).
 func (l Leases) Validate() error {
-	switch {
-	case l.Limit < 1 || l.Limit > MaxLeases:
-		return &Error{Code: CodeInvalid, Message: "limit must be a decimal in 1..100000"}
-	case l.LeaseMS < 1 || l.LeaseMS > MaxWindowMS:
-		return &Error{Code: CodeInvalid, Message: "lease_ms must be a decimal in 1..2678400000"}
-	}
-	return nil
+	return invalid(limits.CheckConcurrency(l.Limit, l.LeaseMS))
 }
 
 // LeaseArgs is one acquisition or renewal of the lease RequestID.
@@ -72,23 +67,37 @@ type LeaseResult struct {
 // renews it when it is live. Expired leases are reclaimed on the way.
 // Errors are as for FixedWindowTake.
 func ConcurrencyTake(ctx context.Context, c rueidis.Client, a LeaseArgs) (LeaseResult, error) {
-	const op = "concurrency take"
-	if a.Key == "" {
-		return LeaseResult{}, errEmptyKey
-	}
-	if err := a.Validate(); err != nil {
+	call, err := ConcurrencyTakeCall(a)
+	if err != nil {
 		return LeaseResult{}, err
 	}
-	if a.RequestID == "" || !validRequestID(a.RequestID) {
-		return LeaseResult{}, &Error{Code: CodeInvalid, Message: "request id is required: 1..64 of A-Z a-z 0-9 _ -"}
+	return ParseConcurrencyTake(call.Exec(ctx, c))
+}
+
+// ConcurrencyTakeCall validates a lease take and builds its script call,
+// for Call.Exec or ExecMulti; ParseConcurrencyTake reads the result.
+func ConcurrencyTakeCall(a LeaseArgs) (Call, error) {
+	if a.Key == "" {
+		return Call{}, errEmptyKey
 	}
-	args := []string{
+	if err := a.Validate(); err != nil {
+		return Call{}, err
+	}
+	if err := checkRequestID(a.RequestID, true); err != nil {
+		return Call{}, err
+	}
+	return Call{s: concurrencyTake, keys: []string{a.Key}, args: []string{
 		strconv.FormatInt(a.Limit, 10),
 		strconv.FormatInt(a.LeaseMS, 10),
 		flag(a.Strict),
 		a.RequestID,
-	}
-	res := concurrencyTake.Exec(ctx, c, []string{a.Key}, args)
+	}}, nil
+}
+
+// ParseConcurrencyTake reads the result of a lease take's call. Its errors
+// are ConcurrencyTake's.
+func ParseConcurrencyTake(res rueidis.RedisResult) (LeaseResult, error) {
+	const op = "concurrency take"
 	if err := res.Error(); err != nil {
 		return LeaseResult{}, replyError(op, err)
 	}
@@ -122,15 +131,31 @@ type LeasePeekResult struct {
 
 // ConcurrencyPeek reads the set at a.Key without writing anything.
 func ConcurrencyPeek(ctx context.Context, c rueidis.Client, a LeasePeekArgs) (LeasePeekResult, error) {
-	const op = "concurrency peek"
-	if a.Key == "" {
-		return LeasePeekResult{}, errEmptyKey
-	}
-	if err := a.Validate(); err != nil {
+	call, err := ConcurrencyPeekCall(a)
+	if err != nil {
 		return LeasePeekResult{}, err
 	}
-	args := []string{strconv.FormatInt(a.Limit, 10), strconv.FormatInt(a.LeaseMS, 10), flag(a.Strict)}
-	res := concurrencyPeek.Exec(ctx, c, []string{a.Key}, args)
+	return ParseConcurrencyPeek(call.Exec(ctx, c))
+}
+
+// ConcurrencyPeekCall validates a lease set peek and builds its script
+// call; ParseConcurrencyPeek reads the result.
+func ConcurrencyPeekCall(a LeasePeekArgs) (Call, error) {
+	if a.Key == "" {
+		return Call{}, errEmptyKey
+	}
+	if err := a.Validate(); err != nil {
+		return Call{}, err
+	}
+	return Call{s: concurrencyPeek, keys: []string{a.Key}, args: []string{
+		strconv.FormatInt(a.Limit, 10), strconv.FormatInt(a.LeaseMS, 10), flag(a.Strict),
+	}}, nil
+}
+
+// ParseConcurrencyPeek reads the result of a lease set peek's call. Its
+// errors are ConcurrencyPeek's.
+func ParseConcurrencyPeek(res rueidis.RedisResult) (LeasePeekResult, error) {
+	const op = "concurrency peek"
 	if err := res.Error(); err != nil {
 		return LeasePeekResult{}, replyError(op, err)
 	}
@@ -155,14 +180,29 @@ type ReleaseResult struct {
 // ConcurrencyRelease frees the lease requestID on the set at key. It is
 // safe to repeat: a second release answers Released false.
 func ConcurrencyRelease(ctx context.Context, c rueidis.Client, key, requestID string) (ReleaseResult, error) {
-	const op = "concurrency release"
+	call, err := ConcurrencyReleaseCall(key, requestID)
+	if err != nil {
+		return ReleaseResult{}, err
+	}
+	return ParseConcurrencyRelease(call.Exec(ctx, c))
+}
+
+// ConcurrencyReleaseCall validates a release and builds its script call;
+// ParseConcurrencyRelease reads the result.
+func ConcurrencyReleaseCall(key, requestID string) (Call, error) {
 	if key == "" {
-		return ReleaseResult{}, errEmptyKey
+		return Call{}, errEmptyKey
 	}
-	if requestID == "" || !validRequestID(requestID) {
-		return ReleaseResult{}, &Error{Code: CodeInvalid, Message: "request id is required: 1..64 of A-Z a-z 0-9 _ -"}
+	if err := checkRequestID(requestID, true); err != nil {
+		return Call{}, err
 	}
-	res := concurrencyRelease.Exec(ctx, c, []string{key}, []string{requestID})
+	return Call{s: concurrencyRelease, keys: []string{key}, args: []string{requestID}}, nil
+}
+
+// ParseConcurrencyRelease reads the result of a release's call. Its errors
+// are ConcurrencyRelease's.
+func ParseConcurrencyRelease(res rueidis.RedisResult) (ReleaseResult, error) {
+	const op = "concurrency release"
 	if err := res.Error(); err != nil {
 		return ReleaseResult{}, replyError(op, err)
 	}

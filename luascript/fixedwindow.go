@@ -3,17 +3,20 @@ package luascript
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"strconv"
 
 	"github.com/redis/rueidis"
+
+	"quotad/limits"
 )
 
-// Bounds shared with the scripts, which check them again.
+// Bounds, as quotad/limits defines them; the scripts check them again.
 const (
-	MaxLimit          = 1_000_000_000
-	MaxWindowMS       = 2_678_400_000 // 31 days
-	MaxRequestIDLen   = 64
-	MaxRequestIDsSize = 1_000_000 // upper bound of TakeArgs.MaxRequestIDs
+	MaxLimit          = limits.MaxLimit
+	MaxWindowMS       = limits.MaxWindowMS
+	MaxRequestIDLen   = limits.MaxRequestIDBytes
+	MaxRequestIDsSize = limits.MaxRequestIDs // upper bound of TakeArgs.MaxRequestIDs
 )
 
 var (
@@ -22,11 +25,8 @@ var (
 	//go:embed fixed_window_peek.lua
 	fixedWindowPeekSrc string
 
-	// Not the retryable variants: a take whose reply was lost may have been
-	// applied, and only the caller's request id makes a second attempt safe.
-	// EVALSHA falls back to EVAL on NOSCRIPT, which means it did not run.
-	fixedWindowTake = rueidis.NewLuaScript(fixedWindowTakeSrc)
-	fixedWindowPeek = newReadOnlyScript(fixedWindowPeekSrc)
+	fixedWindowTake = newScript("fixed_window_take.lua", fixedWindowTakeSrc)
+	fixedWindowPeek = newScript("fixed_window_peek.lua", fixedWindowPeekSrc)
 )
 
 // TakeArgs is one quota decision. The caller validates; the bounds are
@@ -85,16 +85,13 @@ func TakeCall(a TakeArgs) (Call, error) {
 	if err := validateTake(a); err != nil {
 		return Call{}, err
 	}
-	return Call{LuaExec: rueidis.LuaExec{
-		Keys: []string{a.Key},
-		Args: []string{
-			strconv.FormatInt(a.Limit, 10),
-			strconv.FormatInt(a.WindowMS, 10),
-			strconv.FormatInt(a.Cost, 10),
-			strconv.FormatInt(a.MaxRequestIDs, 10),
-			flag(a.Strict),
-			a.RequestID,
-		},
+	return Call{s: fixedWindowTake, keys: []string{a.Key}, args: []string{
+		strconv.FormatInt(a.Limit, 10),
+		strconv.FormatInt(a.WindowMS, 10),
+		strconv.FormatInt(a.Cost, 10),
+		strconv.FormatInt(a.MaxRequestIDs, 10),
+		flag(a.Strict),
+		a.RequestID,
 	}}, nil
 }
 
@@ -155,13 +152,10 @@ func PeekCall(a PeekArgs) (Call, error) {
 	if err := validatePeek(a); err != nil {
 		return Call{}, err
 	}
-	return Call{peek: true, LuaExec: rueidis.LuaExec{
-		Keys: []string{a.Key},
-		Args: []string{
-			strconv.FormatInt(a.Limit, 10),
-			strconv.FormatInt(a.WindowMS, 10),
-			flag(a.Strict),
-		},
+	return Call{s: fixedWindowPeek, keys: []string{a.Key}, args: []string{
+		strconv.FormatInt(a.Limit, 10),
+		strconv.FormatInt(a.WindowMS, 10),
+		flag(a.Strict),
 	}}, nil
 }
 
@@ -187,15 +181,13 @@ func validateTake(a TakeArgs) error {
 	if err := validateWindow(a.Key, a.Limit, a.WindowMS); err != nil {
 		return err
 	}
-	switch {
-	case a.Cost < 1 || a.Cost > a.Limit:
-		return &Error{Code: CodeInvalid, Message: "cost must be a decimal in 1..limit"}
-	case a.MaxRequestIDs < 1 || a.MaxRequestIDs > MaxRequestIDsSize:
-		return &Error{Code: CodeInvalid, Message: "max request ids must be a decimal in 1..1000000"}
-	case !validRequestID(a.RequestID):
-		return &Error{Code: CodeInvalid, Message: "request id must be 1..64 of A-Z a-z 0-9 _ -"}
+	if a.Cost < 1 || a.Cost > a.Limit {
+		return &Error{Code: CodeInvalid, Message: "cost must be an integer from 1 to the limit"}
 	}
-	return nil
+	if err := limits.CheckMaxRequestIDs(a.MaxRequestIDs); err != nil {
+		return invalid(err)
+	}
+	return checkRequestID(a.RequestID, false)
 }
 
 func validatePeek(a PeekArgs) error {
@@ -203,31 +195,37 @@ func validatePeek(a PeekArgs) error {
 }
 
 func validateWindow(key string, limit, windowMS int64) error {
-	switch {
-	case key == "":
-		return &Error{Code: CodeInvalid, Message: "key must not be empty"}
-	case limit < 1 || limit > MaxLimit:
-		return &Error{Code: CodeInvalid, Message: "limit must be a decimal in 1..1000000000"}
-	case windowMS < 1 || windowMS > MaxWindowMS:
-		return &Error{Code: CodeInvalid, Message: "window_ms must be a decimal in 1..2678400000"}
+	if key == "" {
+		return errEmptyKey
 	}
-	return nil
+	return invalid(limits.CheckFixedWindow(limit, windowMS))
 }
 
-// validRequestID mirrors the script's ^[A-Za-z0-9_-]+$ with at most
-// MaxRequestIDLen bytes; "" means no request id.
-func validRequestID(id string) bool {
-	if len(id) > MaxRequestIDLen {
-		return false
+var errEmptyKey = &Error{Code: CodeInvalid, Message: "key must not be empty"}
+
+// invalid turns a bound that quotad/limits refused into CodeInvalid; nil
+// stays nil.
+func invalid(err error) error {
+	if err == nil {
+		return nil
 	}
-	for i := 0; i < len(id); i++ {
-		switch b := id[i]; {
-		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '_', b == '-':
-		default:
-			return false
-		}
+	var le *limits.Error
+	if errors.As(err, &le) {
+		return &Error{Code: CodeInvalid, Message: le.Message}
 	}
-	return true
+	return &Error{Code: CodeInvalid, Message: err.Error()}
+}
+
+// checkRequestID checks a request id, as the scripts do; "" means none,
+// which only a take that may go without one accepts.
+func checkRequestID(id string, required bool) error {
+	switch {
+	case id == "" && !required, limits.ValidRequestID(id):
+		return nil
+	case id == "":
+		return &Error{Code: CodeInvalid, Message: "request_id is required"}
+	}
+	return &Error{Code: CodeInvalid, Message: limits.RequestIDRule}
 }
 
 // ints reads a reply that must be an array of exactly n integers.

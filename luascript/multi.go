@@ -2,64 +2,83 @@ package luascript
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
-	"strings"
+	"errors"
 
 	"github.com/redis/rueidis"
 )
 
-// Call is one fixed-window take or peek, validated and ready to send; build
-// it with TakeCall or PeekCall.
+// Call is one script call, validated and ready to send: which script, its
+// keys and its arguments. Every algorithm's builder returns one
+// (TakeCall, PeekCall, TokenBucketTakeCall, TokenBucketPeekCall,
+// ConcurrencyTakeCall, ConcurrencyPeekCall, ConcurrencyReleaseCall), and
+// the parser of the same name reads its result (ParseTake,
+// ParseTokenBucketTake, ...). Calls of different scripts may share one
+// ExecMulti. The zero Call is not a call: Exec answers an error for it.
 type Call struct {
-	rueidis.LuaExec
-	peek bool
+	s    *script
+	keys []string
+	args []string
 }
 
-// Exec sends the call alone: EVALSHA, with EVAL on NOSCRIPT.
-func (c Call) Exec(ctx context.Context, client rueidis.Client) rueidis.RedisResult {
-	if c.peek {
-		return fixedWindowPeek.Exec(ctx, client, c.Keys, c.Args)
+var errZeroCall = errors.New("luascript: zero Call: build calls with TakeCall, PeekCall, ...")
+
+// Key is the call's first key, the one its decision is about ("" for the
+// zero Call).
+func (c Call) Key() string {
+	if len(c.keys) == 0 {
+		return ""
 	}
-	return fixedWindowTake.Exec(ctx, client, c.Keys, c.Args)
+	return c.keys[0]
 }
 
-// The SHA1s the calls name, as rueidis computes them for Exec.
-var (
-	fixedWindowTakeSHA = sha1Hex(fixedWindowTakeSrc)
-	fixedWindowPeekSHA = sha1Hex(fixedWindowPeekSrc)
-)
-
-func sha1Hex(src string) string {
-	sum := sha1.Sum([]byte(src))
-	return hex.EncodeToString(sum[:])
+// Exec sends the call alone: EVALSHA, with EVAL on NOSCRIPT; a peek is
+// EVALSHA_RO, with the fallbacks of readOnlyScript.
+func (c Call) Exec(ctx context.Context, client rueidis.Client) rueidis.RedisResult {
+	if c.s == nil {
+		return rueidis.NewErrorResult(errZeroCall)
+	}
+	return c.s.exec(ctx, client, c.keys, c.args)
 }
 
-// ExecMulti sends calls in one DoMulti, so rueidis writes them to Redis
-// together, and returns their results in order, for ParseTake and
-// ParsePeek.
+// ExecMulti sends calls, of any mix of scripts, in one DoMulti, so rueidis
+// writes them to Redis together, and returns their results in order, for
+// each call's parser.
 //
 // Not rueidis's Lua.ExecMulti: it runs SCRIPT LOAD on every node before
-// each batch, one more round trip per batch. Here each call is an EVALSHA
-// (EVALSHA_RO for a peek), as Exec sends it; a call that Redis did not run
-// because it does not know the script (NOSCRIPT) or, for a peek, cannot
-// compile its flags line or knows no EVALSHA_RO (the embedded store,
-// Redis 6) is sent again alone
-// through Exec, which falls back as the single path does. Neither refusal
-// runs anything, so sending again never applies a take twice.
+// each batch, one more round trip per batch, and takes calls of a single
+// script. Here each call is an EVALSHA (EVALSHA_RO for a peek), as Exec
+// sends it; a call that Redis did not run because it does not know the
+// script (NOSCRIPT) or, for a peek, cannot compile its flags line or knows
+// no EVALSHA_RO (the embedded store, Redis 6) is sent again alone through
+// Exec, which falls back as the single path does. Neither refusal runs
+// anything, so sending again never applies a take twice.
 func ExecMulti(ctx context.Context, client rueidis.Client, calls []Call) []rueidis.RedisResult {
-	cmds := make(rueidis.Commands, len(calls))
-	for i, c := range calls {
-		if c.peek {
-			cmds[i] = client.B().EvalshaRo().Sha1(fixedWindowPeekSHA).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
-		} else {
-			cmds[i] = client.B().Evalsha().Sha1(fixedWindowTakeSHA).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+	res := make([]rueidis.RedisResult, len(calls))
+	cmds := make(rueidis.Commands, 0, len(calls))
+	for _, c := range calls {
+		switch {
+		case c.s == nil:
+			continue
+		case c.s.peek:
+			cmds = append(cmds, client.B().EvalshaRo().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build())
+		default:
+			cmds = append(cmds, client.B().Evalsha().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build())
 		}
 	}
-	res := client.DoMulti(ctx, cmds...)
+	var sent []rueidis.RedisResult
+	if len(cmds) > 0 {
+		sent = client.DoMulti(ctx, cmds...)
+	}
+	j := 0
 	for i, c := range calls {
-		re, ok := rueidis.IsRedisErr(res[i].Error())
-		if ok && (re.IsNoScript() || c.peek && (strings.HasPrefix(re.Error(), "Error compiling script") || strings.HasPrefix(re.Error(), "ERR unknown command"))) {
+		if c.s == nil {
+			res[i] = rueidis.NewErrorResult(errZeroCall)
+			continue
+		}
+		res[i] = sent[j]
+		j++
+		err := res[i].Error()
+		if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() || c.s.peek && flagsRefused(err) {
 			res[i] = c.Exec(ctx, client)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/redis/rueidis"
+
+	"quotad/limits"
 )
 
 var (
@@ -14,9 +16,8 @@ var (
 	//go:embed token_bucket_peek.lua
 	tokenBucketPeekSrc string
 
-	// Not retried, as for the fixed window: see fixedWindowTake.
-	tokenBucketTake = rueidis.NewLuaScript(tokenBucketTakeSrc)
-	tokenBucketPeek = newReadOnlyScript(tokenBucketPeekSrc)
+	tokenBucketTake = newScript("token_bucket_take.lua", tokenBucketTakeSrc)
+	tokenBucketPeek = newScript("token_bucket_peek.lua", tokenBucketPeekSrc)
 )
 
 // TokenBucket is a bucket's shape: it holds Burst tokens and refills Rate
@@ -33,20 +34,11 @@ func (b TokenBucket) RefillMS() int64 {
 	return (b.Burst*b.PeriodMS + b.Rate - 1) / b.Rate
 }
 
-// Validate checks the bounds the scripts check. The refill time is bounded
-// by MaxWindowMS, so every time a bucket stores fits a key's TTL.
+// Validate checks the bounds the scripts check (limits.CheckTokenBucket).
+// The refill time is bounded by MaxWindowMS, so every time a bucket stores
+// fits a key's TTL.
 func (b TokenBucket) Validate() error {
-	switch {
-	case b.Rate < 1 || b.Rate > MaxLimit:
-		return &Error{Code: CodeInvalid, Message: "rate must be a decimal in 1..1000000000"}
-	case b.PeriodMS < 1 || b.PeriodMS > MaxWindowMS:
-		return &Error{Code: CodeInvalid, Message: "period_ms must be a decimal in 1..2678400000"}
-	case b.Burst < 1 || b.Burst > MaxLimit:
-		return &Error{Code: CodeInvalid, Message: "burst must be a decimal in 1..1000000000"}
-	case b.Burst*b.PeriodMS > MaxWindowMS*b.Rate: // both below 2^62
-		return &Error{Code: CodeInvalid, Message: "burst * period_ms / rate (the refill time) must be at most 2678400000 ms"}
-	}
-	return nil
+	return invalid(limits.CheckTokenBucket(b.Rate, b.PeriodMS, b.Burst))
 }
 
 func (b TokenBucket) args() []string {
@@ -92,18 +84,36 @@ type TokenBucketResult struct {
 // TokenBucketTake makes one atomic decision on the bucket at a.Key, timed by
 // Redis's clock. A denial writes nothing. Errors are as for FixedWindowTake.
 func TokenBucketTake(ctx context.Context, c rueidis.Client, a TokenBucketArgs) (TokenBucketResult, error) {
-	const op = "token bucket take"
-	if err := validateTokenBucketTake(a); err != nil {
+	call, err := TokenBucketTakeCall(a)
+	if err != nil {
 		return TokenBucketResult{}, err
 	}
-	args := append(a.args(),
+	r, err := ParseTokenBucketTake(call.Exec(ctx, c))
+	if err == nil && r.Remaining > a.Burst {
+		return TokenBucketResult{}, malformed("token bucket take", "remaining %d above the burst %d", r.Remaining, a.Burst)
+	}
+	return r, err
+}
+
+// TokenBucketTakeCall validates a token bucket take and builds its script
+// call, for Call.Exec or ExecMulti; ParseTokenBucketTake reads the result.
+func TokenBucketTakeCall(a TokenBucketArgs) (Call, error) {
+	if err := validateTokenBucketTake(a); err != nil {
+		return Call{}, err
+	}
+	return Call{s: tokenBucketTake, keys: []string{a.Key}, args: append(a.args(),
 		strconv.FormatInt(a.Cost, 10),
 		strconv.FormatInt(a.DedupeMS, 10),
 		strconv.FormatInt(a.MaxRequestIDs, 10),
 		flag(a.Strict),
 		a.RequestID,
-	)
-	res := tokenBucketTake.Exec(ctx, c, []string{a.Key}, args)
+	)}, nil
+}
+
+// ParseTokenBucketTake reads the result of a token bucket take's call. Its
+// errors are TokenBucketTake's.
+func ParseTokenBucketTake(res rueidis.RedisResult) (TokenBucketResult, error) {
+	const op = "token bucket take"
 	if err := res.Error(); err != nil {
 		return TokenBucketResult{}, replyError(op, err)
 	}
@@ -113,7 +123,7 @@ func TokenBucketTake(ctx context.Context, c rueidis.Client, a TokenBucketArgs) (
 	}
 	allowed, replay, remaining, reset, retry, healed := v[0], v[1], v[2], v[3], v[4], v[5]
 	if !isFlag(allowed) || !isFlag(replay) || !isFlag(healed) || replay > allowed ||
-		remaining < 0 || remaining > a.Burst || reset < 0 || retry < 0 || (allowed == 1) != (retry == 0) {
+		remaining < 0 || remaining > MaxLimit || reset < 0 || retry < 0 || (allowed == 1) != (retry == 0) {
 		return TokenBucketResult{}, malformed(op, "reply %v", v)
 	}
 	return TokenBucketResult{
@@ -137,14 +147,33 @@ type TokenBucketPeekResult struct {
 
 // TokenBucketPeek reads the bucket at a.Key without writing anything.
 func TokenBucketPeek(ctx context.Context, c rueidis.Client, a TokenBucketPeekArgs) (TokenBucketPeekResult, error) {
-	const op = "token bucket peek"
-	if a.Key == "" {
-		return TokenBucketPeekResult{}, errEmptyKey
-	}
-	if err := a.Validate(); err != nil {
+	call, err := TokenBucketPeekCall(a)
+	if err != nil {
 		return TokenBucketPeekResult{}, err
 	}
-	res := tokenBucketPeek.Exec(ctx, c, []string{a.Key}, append(a.args(), flag(a.Strict)))
+	r, err := ParseTokenBucketPeek(call.Exec(ctx, c))
+	if err == nil && r.Remaining > a.Burst {
+		return TokenBucketPeekResult{}, malformed("token bucket peek", "remaining %d above the burst %d", r.Remaining, a.Burst)
+	}
+	return r, err
+}
+
+// TokenBucketPeekCall validates a token bucket peek and builds its script
+// call; ParseTokenBucketPeek reads the result.
+func TokenBucketPeekCall(a TokenBucketPeekArgs) (Call, error) {
+	if a.Key == "" {
+		return Call{}, errEmptyKey
+	}
+	if err := a.Validate(); err != nil {
+		return Call{}, err
+	}
+	return Call{s: tokenBucketPeek, keys: []string{a.Key}, args: append(a.args(), flag(a.Strict))}, nil
+}
+
+// ParseTokenBucketPeek reads the result of a token bucket peek's call. Its
+// errors are TokenBucketPeek's.
+func ParseTokenBucketPeek(res rueidis.RedisResult) (TokenBucketPeekResult, error) {
+	const op = "token bucket peek"
 	if err := res.Error(); err != nil {
 		return TokenBucketPeekResult{}, replyError(op, err)
 	}
@@ -152,13 +181,11 @@ func TokenBucketPeek(ctx context.Context, c rueidis.Client, a TokenBucketPeekArg
 	if err != nil {
 		return TokenBucketPeekResult{}, err
 	}
-	if v[0] < 0 || v[0] > a.Burst || v[1] < 0 {
+	if v[0] < 0 || v[0] > MaxLimit || v[1] < 0 {
 		return TokenBucketPeekResult{}, malformed(op, "reply %v", v)
 	}
 	return TokenBucketPeekResult{Remaining: v[0], ResetMS: v[1]}, nil
 }
-
-var errEmptyKey = &Error{Code: CodeInvalid, Message: "key must not be empty"}
 
 func validateTokenBucketTake(a TokenBucketArgs) error {
 	if a.Key == "" {
@@ -167,15 +194,14 @@ func validateTokenBucketTake(a TokenBucketArgs) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	switch {
-	case a.Cost < 1 || a.Cost > a.Burst:
-		return &Error{Code: CodeInvalid, Message: "cost must be a decimal in 1..burst"}
-	case a.DedupeMS < 1 || a.DedupeMS > MaxWindowMS:
-		return &Error{Code: CodeInvalid, Message: "dedupe_ms must be a decimal in 1..2678400000"}
-	case a.MaxRequestIDs < 1 || a.MaxRequestIDs > MaxRequestIDsSize:
-		return &Error{Code: CodeInvalid, Message: "max request ids must be a decimal in 1..1000000"}
-	case !validRequestID(a.RequestID):
-		return &Error{Code: CodeInvalid, Message: "request id must be 1..64 of A-Z a-z 0-9 _ -"}
+	if a.Cost < 1 || a.Cost > a.Burst {
+		return &Error{Code: CodeInvalid, Message: "cost must be an integer from 1 to the burst"}
 	}
-	return nil
+	if err := limits.CheckDuration("dedupe_ms", a.DedupeMS); err != nil {
+		return invalid(err)
+	}
+	if err := limits.CheckMaxRequestIDs(a.MaxRequestIDs); err != nil {
+		return invalid(err)
+	}
+	return checkRequestID(a.RequestID, false)
 }

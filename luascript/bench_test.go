@@ -2,6 +2,7 @@ package luascript_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"quotad/integration/redistest"
@@ -57,4 +58,83 @@ func BenchmarkTake(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkScriptTime reports the time Redis spends inside each take
+// script, from INFO commandstats (usec_per_call of evalsha), apart from the
+// round trip: the figure a change to a script's text moves. The fixed
+// window and token bucket takes use a fresh request id each, the path that
+// records one.
+func BenchmarkScriptTime(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client(b)
+	prefix := randomPrefix(b)
+	b.Cleanup(func() { redistest.AssertAllKeysHaveTTL(b, c, prefix) })
+	ctx := b.Context()
+	run := func(b *testing.B, take func(i int) error) {
+		if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
+			b.Fatal(err)
+		}
+		i := 0
+		for b.Loop() {
+			i++
+			if err := take(i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			b.Fatal(err)
+		}
+		usec, ok := usecPerCall(info, "evalsha")
+		if !ok {
+			b.Fatalf("no evalsha in INFO commandstats:\n%s", info)
+		}
+		b.ReportMetric(usec, "redis-µs/evalsha")
+	}
+	b.Run("fixed_window_fresh_id", func(b *testing.B) {
+		a := luascript.TakeArgs{Key: luascript.FixedWindowKey(prefix, "", "fw"), Limit: luascript.MaxLimit, WindowMS: 60_000, Cost: 1, MaxRequestIDs: luascript.MaxRequestIDsSize}
+		run(b, func(i int) error {
+			a.RequestID = "r" + strconv.Itoa(i)
+			_, err := luascript.FixedWindowTake(ctx, c, a)
+			return err
+		})
+	})
+	b.Run("token_bucket_fresh_id", func(b *testing.B) {
+		bucket := luascript.TokenBucket{Rate: 1_000_000, PeriodMS: 1000, Burst: 1_000_000}
+		a := luascript.TokenBucketArgs{Key: luascript.TokenBucketKey(prefix, "", "tb"), TokenBucket: bucket, Cost: 1, DedupeMS: 100, MaxRequestIDs: luascript.MaxRequestIDsSize}
+		run(b, func(i int) error {
+			a.RequestID = "r" + strconv.Itoa(i)
+			_, err := luascript.TokenBucketTake(ctx, c, a)
+			return err
+		})
+	})
+	b.Run("concurrency_take_release", func(b *testing.B) {
+		k := luascript.ConcurrencyKey(prefix, "", "cc")
+		a := luascript.LeaseArgs{Key: k, Leases: luascript.Leases{Limit: 100, LeaseMS: 60_000}, RequestID: "job"}
+		run(b, func(int) error {
+			if _, err := luascript.ConcurrencyTake(ctx, c, a); err != nil {
+				return err
+			}
+			_, err := luascript.ConcurrencyRelease(ctx, c, k, "job")
+			return err
+		})
+	})
+}
+
+// usecPerCall reads usec_per_call of cmd from INFO commandstats.
+func usecPerCall(info, cmd string) (float64, bool) {
+	for line := range strings.Lines(info) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for field := range strings.SplitSeq(rest, ",") {
+			if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				return f, err == nil
+			}
+		}
+	}
+	return 0, false
 }

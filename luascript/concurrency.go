@@ -16,15 +16,15 @@ const MaxLeases = limits.MaxLeases
 
 var (
 	//go:embed concurrency_take.lua
-	concurrencyTakeSrc string
+	concurrencyTakeBody string
 	//go:embed concurrency_peek.lua
-	concurrencyPeekSrc string
+	concurrencyPeekBody string
 	//go:embed concurrency_release.lua
-	concurrencyReleaseSrc string
+	concurrencyReleaseBody string
 
-	concurrencyTake    = newScript("concurrency_take.lua", concurrencyTakeSrc)
-	concurrencyPeek    = newScript("concurrency_peek.lua", concurrencyPeekSrc)
-	concurrencyRelease = newScript("concurrency_release.lua", concurrencyReleaseSrc)
+	concurrencyTake    = newScript("concurrency_take.lua", concurrencyTakeBody)
+	concurrencyPeek    = newScript("concurrency_peek.lua", concurrencyPeekBody)
+	concurrencyRelease = newScript("concurrency_release.lua", concurrencyReleaseBody)
 )
 
 // Leases is a lease set's shape.

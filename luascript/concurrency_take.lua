@@ -1,10 +1,10 @@
 -- Acquires or renews one concurrency lease. See doc.go for the hash layout.
 --
 -- KEYS[1]  lease hash
--- ARGV[1]  limit          canonical decimal, 1..100000: leases held at once
--- ARGV[2]  lease_ms       canonical decimal, 1..2678400000
+-- ARGV[1]  limit          canonical decimal, 1..MAX_LEASES: leases held at once
+-- ARGV[2]  lease_ms       canonical decimal, 1..MAX_WINDOW_MS
 -- ARGV[3]  strict         "1": a live hash with another policy is POLICY
--- ARGV[4]  request_id     1..64 of [A-Za-z0-9_-]: the lease's name
+-- ARGV[4]  request_id     1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]: the lease's name
 --
 -- Reply {allowed, replay, used, reset_ms, retry_after_ms, healed}, integers
 -- only: used counts live leases after the decision, reset_ms is until the
@@ -13,50 +13,38 @@
 --
 -- Time is Redis's own (TIME), in milliseconds. Expired leases are reclaimed
 -- here, so a holder that died blocks the subject for at most its lease.
+--
+-- No error reply follows a write other than a restored TTL. Every argument
+-- is checked before Redis is touched, and every WRONGTYPE check of the one
+-- read comes before any write. The first write is either the PEXPIRE that
+-- heals a set without TTL, after which the only error is POLICY, marked
+-- TTL_RESTORED; or, past the POLICY check, the HDEL that reclaims expired
+-- leases, after which every path answers a decision.
 
 if #KEYS ~= 1 or #ARGV ~= 4 then
-  return redis.error_reply('INVALID want 1 key and 4 arguments')
+  return invalid('want 1 key and 4 arguments')
 end
 local key = KEYS[1]
 local limit_s, lease_s, strict, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-local function dec(s, lo, hi)
-  if type(s) ~= 'string' or #s > 16 or not (s == '0' or string.match(s, '^[1-9][0-9]*$')) then
-    return nil
-  end
-  local n = tonumber(s)
-  if n < lo or n > hi then
-    return nil
-  end
-  return n
-end
-
-local limit = dec(limit_s, 1, 100000)
+local limit, lease = lease_shape(limit_s, lease_s)
 if not limit then
-  return redis.error_reply('INVALID limit must be a decimal in 1..100000')
-end
-local lease = dec(lease_s, 1, 2678400000)
-if not lease then
-  return redis.error_reply('INVALID lease_ms must be a decimal in 1..2678400000')
+  return lease
 end
 if strict ~= '0' and strict ~= '1' then
-  return redis.error_reply('INVALID strict must be 0 or 1')
+  return invalid('strict must be 0 or 1')
 end
-if #id < 1 or #id > 64 or not string.match(id, '^[A-Za-z0-9_%-]+$') then
-  return redis.error_reply('INVALID request id must be 1..64 of A-Z a-z 0-9 _ -')
+if not valid_id(id) then
+  return invalid_id()
 end
 local policy = limit_s .. ':' .. lease_s
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local _, now = redis_now()
 
 -- One read of the whole hash: it holds at most limit live leases.
-local all = redis.pcall('HGETALL', key)
-if all.err then
-  if string.sub(all.err, 1, 10) == 'WRONGTYPE ' then
-    return redis.error_reply('WRONGTYPE key is not a quotad lease set: it holds another type')
-  end
-  return all
+local all, e = read('lease set', 'HGETALL', key)
+if not all then
+  return e
 end
 local stored, mine = nil, nil
 local live, expired, first, last = 0, {}, nil, 0
@@ -66,9 +54,9 @@ for i = 1, #all, 2 do
     stored = v
   else
     local lid = string.match(k, '^l:(.+)$')
-    local x = dec(v, 0, 9007199254740991)
+    local x = dec(v, 0, MAX_EXACT)
     if not lid or not x then
-      return redis.error_reply('WRONGTYPE key is not a quotad lease set: a hash with other fields')
+      return not_ours('lease set', 'a hash with other fields')
     end
     if x <= now then
       table.insert(expired, k)
@@ -82,7 +70,7 @@ for i = 1, #all, 2 do
   end
 end
 if #all > 0 and not stored then
-  return redis.error_reply('WRONGTYPE key is not a quotad lease set: a hash with other fields')
+  return not_ours('lease set', 'a hash with other fields')
 end
 
 local pttl = redis.call('PTTL', key)
@@ -93,11 +81,7 @@ if pttl == -1 then
   healed = 1
 end
 if strict == '1' and stored and stored ~= policy then
-  local msg = 'POLICY live lease set has limit:lease_ms ' .. stored
-  if healed == 1 then
-    msg = msg .. ' TTL_RESTORED'
-  end
-  return redis.error_reply(msg)
+  return refuse(healed, 'POLICY live lease set has limit:lease_ms ' .. stored)
 end
 
 -- Reclaim what expired, whatever the decision.

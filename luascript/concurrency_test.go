@@ -230,7 +230,7 @@ func TestLeasePolicyAndWrongType(t *testing.T) {
 		"too few":          {"1", "1000", "0"},
 		"strict not 0 / 1": {"1", "1000", "x", "a"},
 	} {
-		err := e.c.Do(t.Context(), e.c.B().Eval().Script(mustRead(t, "concurrency_take.lua")).Numkeys(1).Key(e.ccKey("new")).Arg(argv...).Build()).Error()
+		err := e.c.Do(t.Context(), e.c.B().Eval().Script(luascript.ScriptText("concurrency_take.lua")).Numkeys(1).Key(e.ccKey("new")).Arg(argv...).Build()).Error()
 		if err == nil || !strings.HasPrefix(err.Error(), "INVALID ") {
 			t.Errorf("script with %s = %v, want INVALID", name, err)
 		}

@@ -21,12 +21,12 @@ const (
 
 var (
 	//go:embed fixed_window_take.lua
-	fixedWindowTakeSrc string
+	fixedWindowTakeBody string
 	//go:embed fixed_window_peek.lua
-	fixedWindowPeekSrc string
+	fixedWindowPeekBody string
 
-	fixedWindowTake = newScript("fixed_window_take.lua", fixedWindowTakeSrc)
-	fixedWindowPeek = newScript("fixed_window_peek.lua", fixedWindowPeekSrc)
+	fixedWindowTake = newScript("fixed_window_take.lua", fixedWindowTakeBody)
+	fixedWindowPeek = newScript("fixed_window_peek.lua", fixedWindowPeekBody)
 )
 
 // TakeArgs is one quota decision. The caller validates; the bounds are

@@ -2,7 +2,6 @@ package luascript_test
 
 import (
 	"errors"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -400,14 +399,8 @@ func TestGoValidationPrecedesRedis(t *testing.T) {
 // The scripts validate on their own, for any caller that bypasses Go.
 func TestScriptsRejectInvalidArguments(t *testing.T) {
 	e := setup(t)
-	takeSrc, err := os.ReadFile("fixed_window_take.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	peekSrc, err := os.ReadFile("fixed_window_peek.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
+	takeSrc := luascript.ScriptText("fixed_window_take.lua")
+	peekSrc := luascript.ScriptText("fixed_window_peek.lua")
 	bad := []string{"-1", "0", "1.5", "0x1", " 1", "1 ", "1e0", "+1", "01", "", "99999999999999999999", "1000000000000000000000000000000"}
 
 	takeCases := map[string][]string{} // name -> ARGV
@@ -437,14 +430,14 @@ func TestScriptsRejectInvalidArguments(t *testing.T) {
 
 	k := e.key("u")
 	for name, argv := range takeCases {
-		res := e.c.Do(t.Context(), e.c.B().Eval().Script(string(takeSrc)).Numkeys(1).Key(k).Arg(argv...).Build())
+		res := e.c.Do(t.Context(), e.c.B().Eval().Script(takeSrc).Numkeys(1).Key(k).Arg(argv...).Build())
 		if err := res.Error(); err == nil || !strings.HasPrefix(err.Error(), "INVALID ") {
 			t.Errorf("take %s %q = %v, want an INVALID error", name, argv, err)
 		}
 	}
 	for _, v := range bad {
 		for _, argv := range [][]string{{v, "1000", "0"}, {"5", v, "0"}} {
-			res := e.c.Do(t.Context(), e.c.B().Eval().Script(string(peekSrc)).Numkeys(1).Key(k).Arg(argv...).Build())
+			res := e.c.Do(t.Context(), e.c.B().Eval().Script(peekSrc).Numkeys(1).Key(k).Arg(argv...).Build())
 			if err := res.Error(); err == nil || !strings.HasPrefix(err.Error(), "INVALID ") {
 				t.Errorf("peek %q = %v, want an INVALID error", argv, err)
 			}
@@ -457,7 +450,7 @@ func TestScriptsRejectInvalidArguments(t *testing.T) {
 	// Nor do they touch a live window.
 	e.take(args(k, 5, 1, "a"))
 	before := e.hash(k)
-	res := e.c.Do(t.Context(), e.c.B().Eval().Script(string(takeSrc)).Numkeys(1).Key(k).Arg("5", "60000", "1x", "100", "0", "a").Build())
+	res := e.c.Do(t.Context(), e.c.B().Eval().Script(takeSrc).Numkeys(1).Key(k).Arg("5", "60000", "1x", "100", "0", "a").Build())
 	if err := res.Error(); err == nil || !strings.HasPrefix(err.Error(), "INVALID ") {
 		t.Fatalf("invalid take on a live window = %v, want INVALID", err)
 	}

@@ -11,15 +11,24 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// sources are every script the package runs. Exec loads a script on its
-// first NOSCRIPT by itself; Load exists so that readiness can prove, before
-// traffic arrives, that Redis accepts them (scripting enabled, no ACL
-// refusing EVAL, not out of memory).
-var sources = []string{
-	fixedWindowTakeSrc, fixedWindowPeekSrc,
-	tokenBucketTakeSrc, tokenBucketPeekSrc,
-	concurrencyTakeSrc, concurrencyPeekSrc, concurrencyReleaseSrc,
+// scripts are every script the package runs; a new one is added here. Exec
+// loads a script on its first NOSCRIPT by itself; Load exists so that
+// readiness can prove, before traffic arrives, that Redis accepts them
+// (scripting enabled, no ACL refusing EVAL, not out of memory).
+var scripts = []*script{
+	fixedWindowTake, fixedWindowPeek,
+	tokenBucketTake, tokenBucketPeek,
+	concurrencyTake, concurrencyPeek, concurrencyRelease,
 }
+
+// sources are the scripts' texts, prelude included, as Redis holds them.
+var sources = func() []string {
+	srcs := make([]string, len(scripts))
+	for i, s := range scripts {
+		srcs[i] = s.src
+	}
+	return srcs
+}()
 
 // Load runs SCRIPT LOAD for every script on every node the client knows
 // (one for a single Redis, each node of a cluster), one round trip per
@@ -82,6 +91,6 @@ func loadOn(ctx context.Context, addr string, node rueidis.Client) error {
 	return nil
 }
 
-// Sources returns the source of every script, for tests and tools that
-// check what Redis holds.
+// Sources returns the text of every script, prelude included, for tests
+// and tools that check what Redis holds.
 func Sources() []string { return append([]string(nil), sources...) }

@@ -88,7 +88,7 @@ func TestPeeksRunWithNoWritesFlagOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"token_bucket_peek.lua", "concurrency_peek.lua", "fixed_window_peek.lua"} {
-		src := mustRead(t, name)
+		src := luascript.ScriptText(name)
 		if !strings.HasPrefix(src, "#!lua flags=no-writes\n") {
 			t.Errorf("%s does not start with the no-writes flags line", name)
 		}

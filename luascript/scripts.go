@@ -3,11 +3,58 @@ package luascript
 import (
 	"context"
 	"crypto/sha1"
+	_ "embed"
 	"encoding/hex"
+	"strconv"
 	"strings"
 
 	"github.com/redis/rueidis"
+
+	"quotad/limits"
 )
+
+// preludeSrc holds the helpers every script uses (prelude.lua). prelude
+// is what each script's body is joined to: the bounds of quotad/limits as
+// Lua constants, then preludeSrc.
+var (
+	//go:embed prelude.lua
+	preludeSrc string
+	prelude    = boundsLua() + preludeSrc
+)
+
+// boundsLua declares the bounds the scripts check, from quotad/limits, so
+// that the scripts and the Go side can never disagree.
+func boundsLua() string {
+	var b strings.Builder
+	b.WriteString("-- Bounds, from quotad/limits.\n")
+	for _, c := range []struct {
+		name string
+		v    int64
+	}{
+		{"MAX_LIMIT", limits.MaxLimit},
+		{"MAX_WINDOW_MS", limits.MaxWindowMS},
+		{"MAX_LEASES", limits.MaxLeases},
+		{"MAX_REQUEST_ID_BYTES", limits.MaxRequestIDBytes},
+		{"MAX_REQUEST_IDS", limits.MaxRequestIDs},
+		{"MAX_EXACT", 1<<53 - 1},
+	} {
+		b.WriteString("local " + c.name + " = " + strconv.FormatInt(c.v, 10) + "\n")
+	}
+	return b.String()
+}
+
+// join makes a script's text: its body's flags line if it has one (Redis
+// reads it only as the first line), the prelude, then the body. The body
+// starts with a line naming its file, so a reader of SCRIPT DEBUG or of
+// the text Redis holds knows where the prelude ends.
+func join(name, body string) string {
+	flags := ""
+	if strings.HasPrefix(body, "#!") {
+		line, rest, _ := strings.Cut(body, "\n")
+		flags, body = line+"\n", rest
+	}
+	return flags + prelude + "\n-- " + name + "\n" + body
+}
 
 // script is one of the package's scripts: its text, the SHA1 Redis names
 // it by, and how it is sent. Every Call names one.
@@ -21,11 +68,13 @@ type script struct {
 	ro   readOnlyScript // a peek
 }
 
-// newScript registers a script. A script that writes is not sent with the
-// retryable variants: a take whose reply was lost may have been applied,
-// and only the caller's request id makes a second attempt safe. EVALSHA
-// falls back to EVAL on NOSCRIPT, which means it did not run.
-func newScript(name, src string) *script {
+// newScript makes the script of file name from its body, joined to the
+// prelude. A script that writes is not sent with the retryable variants: a
+// take whose reply was lost may have been applied, and only the caller's
+// request id makes a second attempt safe. EVALSHA falls back to EVAL on
+// NOSCRIPT, which means it did not run.
+func newScript(name, body string) *script {
+	src := join(name, body)
 	s := &script{name: name, src: src, sha: sha1Hex(src), peek: strings.HasPrefix(src, "#!lua flags=no-writes")}
 	if s.peek {
 		s.ro = newReadOnlyScript(src)

@@ -12,12 +12,12 @@ import (
 
 var (
 	//go:embed token_bucket_take.lua
-	tokenBucketTakeSrc string
+	tokenBucketTakeBody string
 	//go:embed token_bucket_peek.lua
-	tokenBucketPeekSrc string
+	tokenBucketPeekBody string
 
-	tokenBucketTake = newScript("token_bucket_take.lua", tokenBucketTakeSrc)
-	tokenBucketPeek = newScript("token_bucket_peek.lua", tokenBucketPeekSrc)
+	tokenBucketTake = newScript("token_bucket_take.lua", tokenBucketTakeBody)
+	tokenBucketPeek = newScript("token_bucket_peek.lua", tokenBucketPeekBody)
 )
 
 // TokenBucket is a bucket's shape: it holds Burst tokens and refills Rate

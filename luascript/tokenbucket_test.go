@@ -375,7 +375,7 @@ func TestTokenBucketInvalidArguments(t *testing.T) {
 		"strict 2":         {"1", "1000", "2", "1", "1000", "10", "2", ""},
 		"too few":          {"1", "1000", "2", "1", "1000", "10", "0"},
 	} {
-		src := mustRead(t, "token_bucket_take.lua")
+		src := luascript.ScriptText("token_bucket_take.lua")
 		err := e.c.Do(t.Context(), e.c.B().Eval().Script(src).Numkeys(1).Key(k).Arg(argv...).Build()).Error()
 		if err == nil || !strings.HasPrefix(err.Error(), "INVALID ") {
 			t.Errorf("script with %s = %v, want INVALID", name, err)

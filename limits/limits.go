@@ -48,12 +48,11 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
-func outOfRange(field string, lo, hi int64, unit string) *Error {
-	msg := field + " must be an integer from " + strconv.FormatInt(lo, 10) + " to " + strconv.FormatInt(hi, 10)
-	if unit != "" {
-		msg += " (" + unit + ")"
-	}
-	return &Error{Field: field, Message: msg}
+// outOfRange says field must be in lo..hi; suffix, when not empty, follows
+// the range (" (31 days)").
+func outOfRange(field string, lo, hi int64, suffix string) *Error {
+	return &Error{Field: field, Message: field + " must be an integer from " + strconv.FormatInt(lo, 10) +
+		" to " + strconv.FormatInt(hi, 10) + suffix}
 }
 
 // CheckLimit checks a fixed window's limit (also a rate or a burst's range
@@ -68,7 +67,7 @@ func CheckLimit(field string, n int64) error {
 // CheckDuration checks a length of time in milliseconds.
 func CheckDuration(field string, ms int64) error {
 	if ms < 1 || ms > MaxWindowMS {
-		return outOfRange(field, 1, MaxWindowMS, "31 days")
+		return outOfRange(field, 1, MaxWindowMS, " (31 days)")
 	}
 	return nil
 }
@@ -104,7 +103,7 @@ func CheckTokenBucket(rate, periodMS, burst int64) error {
 // CheckConcurrency checks a concurrency limit: limit leases of lease_ms.
 func CheckConcurrency(limit, leaseMS int64) error {
 	if limit < 1 || limit > MaxLeases {
-		return outOfRange("limit", 1, MaxLeases, "for concurrency")
+		return outOfRange("limit", 1, MaxLeases, " for concurrency")
 	}
 	return CheckDuration("lease_ms", leaseMS)
 }

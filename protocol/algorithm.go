@@ -1,19 +1,22 @@
 package protocol
 
-import "strconv"
+import (
+	"strconv"
+
+	"quotad/limits"
+)
 
 // Algorithms a request or a policy may name. An absent algorithm is
 // AlgorithmFixedWindow, so requests written before there was a choice keep
 // their meaning.
 const (
-	AlgorithmFixedWindow = "fixed_window"
-	AlgorithmTokenBucket = "token_bucket"
-	AlgorithmConcurrency = "concurrency"
+	AlgorithmFixedWindow = limits.FixedWindow
+	AlgorithmTokenBucket = limits.TokenBucket
+	AlgorithmConcurrency = limits.Concurrency
 )
 
-// MaxLeases bounds a concurrency limit: each take reads every lease of its
-// subject, so this bounds the work of one decision.
-const MaxLeases = 100_000
+// MaxLeases bounds a concurrency limit (limits.MaxLeases).
+const MaxLeases = limits.MaxLeases
 
 // algorithmFields are the inline fields beyond limit and window_ms.
 const algorithmFields = fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst | fieldLeaseMS
@@ -49,12 +52,7 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 		if r.fields&fieldLimit == 0 || r.fields&fieldWindowMS == 0 {
 			return invalid("fixed_window needs limit and window_ms")
 		}
-		if r.Limit < 1 || r.Limit > MaxLimit {
-			return invalid("limit must be an integer from 1 to 1000000000")
-		}
-		if r.WindowMS < 1 || r.WindowMS > MaxWindowMS {
-			return invalid("window_ms must be an integer from 1 to 2678400000 (31 days)")
-		}
+		return invalidShape(limits.CheckFixedWindow(r.Limit, r.WindowMS))
 	case AlgorithmTokenBucket:
 		if r.fields&fieldRate == 0 || r.fields&fieldPeriodMS == 0 {
 			return invalid("token_bucket needs rate and period_ms (burst defaults to rate)")
@@ -67,31 +65,24 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 		if r.fields&fieldLimit == 0 || r.fields&fieldLeaseMS == 0 {
 			return invalid("concurrency needs limit and lease_ms")
 		}
-		if r.Limit < 1 || r.Limit > MaxLeases {
-			return invalid("limit must be an integer from 1 to 100000 for concurrency")
-		}
-		if r.LeaseMS < 1 || r.LeaseMS > MaxWindowMS {
-			return invalid("lease_ms must be an integer from 1 to 2678400000 (31 days)")
-		}
+		return invalidShape(limits.CheckConcurrency(r.Limit, r.LeaseMS))
 	}
 	return nil
+}
+
+// invalidShape turns a limits check's error into an INVALID reply.
+func invalidShape(err error) error {
+	if err == nil {
+		return nil
+	}
+	return invalid(err.Error())
 }
 
 // ValidTokenBucket checks a token bucket's shape: rate tokens per period_ms,
 // burst tokens at most, and an empty bucket refills (burst * period_ms /
 // rate) within 31 days, so every time it stores fits a key's TTL.
 func ValidTokenBucket(rate, periodMS, burst int64) error {
-	switch {
-	case rate < 1 || rate > MaxLimit:
-		return invalid("rate must be an integer from 1 to 1000000000")
-	case periodMS < 1 || periodMS > MaxWindowMS:
-		return invalid("period_ms must be an integer from 1 to 2678400000 (31 days)")
-	case burst < 1 || burst > MaxLimit:
-		return invalid("burst must be an integer from 1 to 1000000000")
-	case burst*periodMS > MaxWindowMS*rate: // each side below 2^62
-		return invalid("burst * period_ms / rate (the time to refill from empty) must be at most 2678400000 ms (31 days)")
-	}
-	return nil
+	return invalidShape(limits.CheckTokenBucket(rate, periodMS, burst))
 }
 
 // validateRelease: a release names the lease it frees.
@@ -99,8 +90,8 @@ func (r *Request) validateRelease() error {
 	if r.fields&fieldRequestID == 0 {
 		return invalid("release needs the request_id of the lease")
 	}
-	if !validRequestID(r.RequestID) {
-		return invalid("request_id must be 1 to 64 of A-Z a-z 0-9 _ -")
+	if !limits.ValidRequestID(r.RequestID) {
+		return invalid(limits.RequestIDRule)
 	}
 	return nil
 }
@@ -128,4 +119,19 @@ func fieldName(f field) string {
 		}
 	}
 	return "a field"
+}
+
+// InlineShape is the limit a request's inline fields describe, once Decode
+// has validated them; nil when the request names a policy instead.
+func (r *Request) InlineShape() limits.Shape {
+	if r.Policy != "" || !r.HasInline() {
+		return nil
+	}
+	switch r.InlineAlgorithm() {
+	case AlgorithmTokenBucket:
+		return limits.Bucket{Rate: r.Rate, PeriodMS: r.PeriodMS, Burst: r.Burst}
+	case AlgorithmConcurrency:
+		return limits.Leases{Limit: r.Limit, LeaseMS: r.LeaseMS}
+	}
+	return limits.Window{Limit: r.Limit, WindowMS: r.WindowMS}
 }

@@ -1,0 +1,53 @@
+package limits
+
+// Shape is a limit of one algorithm: what a policy or a request's inline
+// fields describe. Every Shape is a comparable value, so two decisions
+// under the same limits compare equal.
+type Shape interface {
+	// Algorithm is the algorithm's name: FixedWindow, TokenBucket or
+	// Concurrency.
+	Algorithm() string
+	// Check reports the first bound the shape breaks, as an *Error.
+	Check() error
+	// Quota is the most one subject may hold at once: the limit, or a
+	// bucket's burst. Replies report it as "limit".
+	Quota() int64
+}
+
+// Window is a fixed window: Limit units per WindowMS, the window opening
+// at its first accepted take.
+type Window struct {
+	Limit    int64
+	WindowMS int64
+}
+
+func (Window) Algorithm() string { return FixedWindow }
+func (w Window) Check() error    { return CheckFixedWindow(w.Limit, w.WindowMS) }
+func (w Window) Quota() int64    { return w.Limit }
+
+// Bucket is a token bucket (GCRA): Rate tokens per PeriodMS, at most Burst
+// held.
+type Bucket struct {
+	Rate     int64
+	PeriodMS int64
+	Burst    int64
+}
+
+func (Bucket) Algorithm() string { return TokenBucket }
+func (b Bucket) Check() error    { return CheckTokenBucket(b.Rate, b.PeriodMS, b.Burst) }
+func (b Bucket) Quota() int64    { return b.Burst }
+
+// RefillMS is how long an empty bucket takes to fill, rounded up: the
+// longest a bucket's state matters.
+func (b Bucket) RefillMS() int64 { return (b.Burst*b.PeriodMS + b.Rate - 1) / b.Rate }
+
+// Leases is a concurrency limit: at most Limit leases held at once, each
+// for LeaseMS unless released or renewed.
+type Leases struct {
+	Limit   int64
+	LeaseMS int64
+}
+
+func (Leases) Algorithm() string { return Concurrency }
+func (l Leases) Check() error    { return CheckConcurrency(l.Limit, l.LeaseMS) }
+func (l Leases) Quota() int64    { return l.Limit }

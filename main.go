@@ -20,8 +20,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"quotad/dispatch"
+	"quotad/doctor"
+	"quotad/policy"
 	"quotad/protocol"
 	"quotad/sidecar"
+	"quotad/store"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -118,7 +122,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "config", EnvVars: []string{"QUOTAD_CONFIG"}, Usage: "policy file (YAML); reloaded on SIGHUP and when it changes"},
 			&cli.DurationFlag{Name: "config-poll", Value: 2 * time.Second, EnvVars: []string{"QUOTAD_CONFIG_POLL"}, Usage: "how often the policy file is checked for changes"},
 			&cli.StringFlag{Name: "key-prefix", Value: "quotad:", EnvVars: []string{"QUOTAD_KEY_PREFIX"}, Usage: "prefix of every Redis key quotad writes"},
-			&cli.DurationFlag{Name: "redis-timeout", Value: sidecar.DefaultRedisTimeout, EnvVars: []string{"QUOTAD_REDIS_TIMEOUT"}, Usage: "deadline of every Redis call"},
+			&cli.DurationFlag{Name: "redis-timeout", Value: store.DefaultRedisTimeout, EnvVars: []string{"QUOTAD_REDIS_TIMEOUT"}, Usage: "deadline of every Redis call"},
 			&cli.IntFlag{Name: "max-line-bytes", Value: sidecar.DefaultMaxLineBytes, EnvVars: []string{"QUOTAD_MAX_LINE_BYTES"}, Usage: "longest request line; longer ones are answered TOO_LARGE"},
 			&cli.IntFlag{Name: "max-conns", Value: sidecar.DefaultMaxConns, EnvVars: []string{"QUOTAD_MAX_CONNS"}, Usage: "most client connections at once"},
 			&cli.IntFlag{Name: "max-inflight-per-conn", Value: sidecar.DefaultMaxInflightPerConn, EnvVars: []string{"QUOTAD_MAX_INFLIGHT_PER_CONN"}, Usage: "requests of one connection in flight before reading pauses"},
@@ -129,7 +133,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"QUOTAD_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "json", EnvVars: []string{"QUOTAD_LOG_FORMAT"}, Usage: "json or console"},
 			&cli.StringFlag{Name: "http-addr", EnvVars: []string{"QUOTAD_HTTP_ADDR"}, Usage: "host:port serving /metrics, /healthz and /readyz; empty serves no HTTP"},
-			&cli.StringFlag{Name: "log-decisions", Value: sidecar.LogDecisionsNone, EnvVars: []string{"QUOTAD_LOG_DECISIONS"}, Usage: "none, denied or all: takes that get a (sampled) decision log line"},
+			&cli.StringFlag{Name: "log-decisions", Value: dispatch.LogDecisionsNone, EnvVars: []string{"QUOTAD_LOG_DECISIONS"}, Usage: "none, denied or all: takes that get a (sampled) decision log line"},
 		},
 		Action: serve,
 	}
@@ -161,7 +165,7 @@ func serve(c *cli.Context) error {
 		return fmt.Errorf("--key-prefix %q: must not contain { or }, which would put every key in one Redis Cluster slot", prefix)
 	}
 	cfgPath := c.String("config")
-	cfg, err := sidecar.LoadConfig(cfgPath)
+	cfg, err := policy.LoadConfig(cfgPath)
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
@@ -172,7 +176,7 @@ func serve(c *cli.Context) error {
 	if c.Duration("config-poll") <= 0 {
 		return fmt.Errorf("--config-poll must be positive")
 	}
-	if err := sidecar.CheckLogDecisions(c.String("log-decisions")); err != nil {
+	if err := dispatch.CheckLogDecisions(c.String("log-decisions")); err != nil {
 		return err
 	}
 	if c.Duration("redis-flush-delay") < 0 || c.Duration("redis-flush-delay") > time.Millisecond {
@@ -184,7 +188,7 @@ func serve(c *cli.Context) error {
 	if n := c.Int("procs"); n > 0 && (c.IsSet("procs") || os.Getenv("GOMAXPROCS") == "") {
 		runtime.GOMAXPROCS(n)
 	}
-	store, err := sidecar.OpenStore(sidecar.StoreOptions{
+	store, err := store.OpenStore(store.StoreOptions{
 		RedisURL: c.String("redis-url"), Timeout: timeout, Logger: log,
 		CAFile: c.String("redis-ca-file"), Password: c.String("redis-password"), PasswordFile: c.String("redis-password-file"),
 		FlushDelay: c.Duration("redis-flush-delay"),
@@ -210,6 +214,7 @@ func serve(c *cli.Context) error {
 		Logger:             log,
 		LogDecisions:       c.String("log-decisions"),
 	})
+	defer srv.Close() // ends the dispatcher's runners on every way out
 	if addr := c.String("http-addr"); addr != "" {
 		hs, err := sidecar.ListenHTTP(addr, srv)
 		if err != nil {
@@ -222,9 +227,9 @@ func serve(c *cli.Context) error {
 
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
-	var reloader *sidecar.Reloader
+	var reloader *policy.Reloader
 	if cfgPath != "" {
-		reloader = sidecar.NewReloader(cfgPath, c.Duration("config-poll"), srv, log)
+		reloader = policy.NewReloader(cfgPath, c.Duration("config-poll"), srv, log)
 		go reloader.Run(bg)
 	}
 	served := make(chan error, 1)
@@ -388,7 +393,7 @@ func doctorCommand() *cli.Command {
 			&cli.StringFlag{Name: "redis-password-file", EnvVars: []string{"QUOTAD_REDIS_PASSWORD_FILE"}, Usage: "file holding the Redis password (as serve's)"},
 			&cli.StringFlag{Name: "key-prefix", Value: "quotad:", EnvVars: []string{"QUOTAD_KEY_PREFIX"}, Usage: "the sidecars' --key-prefix"},
 			&cli.BoolFlag{Name: "fix", Usage: "give keys without a TTL one: the window's own length, else --default-ttl"},
-			&cli.DurationFlag{Name: "default-ttl", Value: sidecar.DefaultDoctorTTL, Usage: "TTL --fix gives a key that records no window length"},
+			&cli.DurationFlag{Name: "default-ttl", Value: doctor.DefaultTTL, Usage: "TTL --fix gives a key that records no window length"},
 			&cli.IntFlag{Name: "top", Value: 10, Usage: "how many of the largest request-id sets to list"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up after this long"},
@@ -400,7 +405,7 @@ func doctorCommand() *cli.Command {
 			if c.Duration("default-ttl") < time.Millisecond {
 				return &exitErr{code: exitError, err: errors.New("--default-ttl must be at least 1ms")}
 			}
-			client, err := sidecar.OpenDoctorClient(sidecar.StoreOptions{
+			client, err := store.OpenClient(store.StoreOptions{
 				RedisURL: c.String("redis-url"), CAFile: c.String("redis-ca-file"),
 				Password: c.String("redis-password"), PasswordFile: c.String("redis-password-file"),
 			})
@@ -410,7 +415,7 @@ func doctorCommand() *cli.Command {
 			defer client.Close()
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 			defer cancel()
-			report, err := sidecar.Doctor(ctx, client, sidecar.DoctorOptions{
+			report, err := doctor.Run(ctx, client, doctor.Options{
 				KeyPrefix: c.String("key-prefix"), Fix: c.Bool("fix"), DefaultTTL: c.Duration("default-ttl"), Top: c.Int("top"),
 			})
 			if err != nil {

@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"quotad/integration/redistest"
-	"quotad/sidecar"
+	"quotad/policy"
 )
 
 const dir = "kubernetes"
@@ -289,7 +289,7 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 		if cm == nil || cm.Data[key] == "" {
 			t.Fatalf("QUOTAD_CONFIG %s: ConfigMap %s has no key %q", cfgEnv.Value, v.ConfigMap.Name, key)
 		}
-		if _, err := sidecar.ParseConfig([]byte(cm.Data[key])); err != nil {
+		if _, err := policy.ParseConfig([]byte(cm.Data[key])); err != nil {
 			t.Errorf("ConfigMap %s key %s: %v", cm.Name, key, err)
 		}
 	}

@@ -74,9 +74,9 @@ func TestOperatingTheSidecar(t *testing.T) {
 
 	_, body := httpGet(t, "http://"+addr+"/metrics")
 	for _, want := range []string{
-		`quotad_decisions_total{policy="api",result="allowed"} 1`,
-		`quotad_decisions_total{policy="api",result="denied"} 1`,
-		`quotad_decisions_total{policy="trial",result="shadow_denied"} 1`,
+		`quotad_decisions_total{algorithm="fixed_window",policy="api",result="allowed"} 1`,
+		`quotad_decisions_total{algorithm="fixed_window",policy="api",result="denied"} 1`,
+		`quotad_decisions_total{algorithm="fixed_window",policy="trial",result="shadow_denied"} 1`,
 		`quotad_redis_up 1`,
 		`quotad_build_info{version=`,
 	} {

@@ -43,3 +43,39 @@ func ConcurrencyKey(prefix, policy, subject string) string {
 	}
 	return prefix + "cc:{p:" + policy + ":" + subject + "}"
 }
+
+// Layout is how one algorithm's keys look in Redis, for tools that read
+// them (quotad doctor) rather than decide.
+type Layout struct {
+	// Tag is the part of the key between the prefix and the first colon.
+	Tag       string
+	Algorithm string
+	// IDMatch is the HSCAN pattern of the hash's request-id records; ""
+	// for an algorithm whose fields are not records worth counting (a
+	// concurrency set's leases, at most its limit).
+	IDMatch string
+	// Fixed is how many fields the hash has besides the records.
+	Fixed int64
+	// WindowField names a field "<limit>:<window_ms>" that records how
+	// long the key lives; "" when the hash records no such length.
+	WindowField string
+}
+
+// Layouts lists every algorithm's key layout.
+var Layouts = []Layout{
+	// used, policy and ids.
+	{Tag: "fw", Algorithm: "fixed_window", IDMatch: "r:*", Fixed: 3, WindowField: "policy"},
+	// Six state fields; each record also has a q:<n> queue entry.
+	{Tag: "tb", Algorithm: "token_bucket", IDMatch: "r:*", Fixed: 6},
+	{Tag: "cc", Algorithm: "concurrency"},
+}
+
+// LayoutOf returns the layout whose Tag is tag.
+func LayoutOf(tag string) (Layout, bool) {
+	for _, l := range Layouts {
+		if l.Tag == tag {
+			return l, true
+		}
+	}
+	return Layout{}, false
+}

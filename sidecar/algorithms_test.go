@@ -4,7 +4,9 @@ import (
 	"testing"
 
 	"quotad/integration/redistest"
+	"quotad/policy"
 	"quotad/protocol"
+	"quotad/store"
 )
 
 const algorithmPolicies = `
@@ -25,9 +27,9 @@ policies:
 
 // algorithmServer serves the policies above on store; the keys it writes
 // must all have a TTL when the test ends.
-func algorithmServer(t *testing.T, st *Store, yaml string) (*testServer, *client) {
+func algorithmServer(t *testing.T, st *store.Store, yaml string) (*testServer, *client) {
 	t.Helper()
-	cfg, err := ParseConfig([]byte(yaml))
+	cfg, err := policy.ParseConfig([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +126,7 @@ func TestPolicyAlgorithmChangeStartsFresh(t *testing.T) {
 	if got := c.call(`{"op":"take","subject":"u","policy":"p"}`); got.Allowed {
 		t.Fatalf("second fixed window take = %+v, want denied", got)
 	}
-	cfg, err := ParseConfig([]byte("policies:\n  p:\n    algorithm: token_bucket\n    rate: 1\n    period: 1m\n"))
+	cfg, err := policy.ParseConfig([]byte("policies:\n  p:\n    algorithm: token_bucket\n    rate: 1\n    period: 1m\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	"quotad/integration/redistest"
+	"quotad/policy"
 	"quotad/protocol"
+	"quotad/store"
 )
 
 const batchConfig = `
@@ -32,9 +34,9 @@ policies:
     period: 1s
 `
 
-func startBatchServer(t *testing.T) (*testServer, *client, *redistest.Server, *Store) {
+func startBatchServer(t *testing.T) (*testServer, *client, *redistest.Server, *store.Store) {
 	t.Helper()
-	cfg, err := ParseConfig([]byte(batchConfig))
+	cfg, err := policy.ParseConfig([]byte(batchConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +85,7 @@ func TestBatchAnswersMixedLinesInOrder(t *testing.T) {
 		`{"op":"take","id":12,"subject":"a","policy":"api","request_id":"r1"}`,
 		`{"op":"peek","id":13,"subject":"c","limit":5,"window_ms":60000}`,
 	}
-	before := ts.batched.Load()
+	before := ts.batched(t)
 	got := c.sendBatch(lines...)
 	type want struct {
 		id      string
@@ -125,11 +127,11 @@ func TestBatchAnswersMixedLinesInOrder(t *testing.T) {
 	if rep := decodeReply(t, got[11]); !rep.Replay {
 		t.Errorf("reply to id 12 = %s, want a replay", got[11])
 	}
-	// Takes 1, 4, 6, 10, 12 and peeks 2, 13 went to Redis in the batch; 9 has
-	// its own timeout and 8 is a token bucket, so they went alone, on
-	// workers, and may run before or after the batch (hence other subjects).
-	if n := ts.batched.Load() - before; n != 7 {
-		t.Errorf("%d requests answered through the batch, want 7", n)
+	// Takes 1, 4, 6, 8 (a token bucket), 10, 12 and peeks 2, 13 went to
+	// Redis in batches; 9 has its own timeout, so it went alone and may run
+	// before or after them (hence another subject).
+	if n := ts.batched(t) - before; n != 8 {
+		t.Errorf("%d requests answered through batches, want 8", n)
 	}
 	// Redis holds what the replies say: each take applied once.
 	rc := r.Client(t)
@@ -183,7 +185,7 @@ func TestBatchShadow(t *testing.T) {
 	if n := metricValue(t, ts.Server, "quotad_decisions_total", map[string]string{"policy": "trial", "result": "shadow_denied"}); n != 1 {
 		t.Errorf("shadow_denied count = %v, want 1", n)
 	}
-	if ts.batched.Load() == 0 {
+	if ts.batched(t) == 0 {
 		t.Error("no request went through a batch")
 	}
 }
@@ -199,14 +201,14 @@ func TestBatchLocalDeny(t *testing.T) {
 			t.Fatalf("take %d = %s, want allowed %v", i, got[i], allowed)
 		}
 	}
-	resetStats(t, r)
+	r.ResetStats(t)
 	got = c.sendBatch(take, take, take, take)
 	for i, raw := range got {
 		if rep := decodeReply(t, raw); !rep.OK || rep.Allowed || rep.Used != 2 || rep.RetryAfterMS <= 0 {
 			t.Fatalf("take %d on the exhausted window = %s, want denied, used 2", i, raw)
 		}
 	}
-	if n := scriptCalls(t, r); n != 0 {
+	if n := r.ScriptCalls(t); n != 0 {
 		t.Errorf("%d script calls for takes on a window known to be exhausted, want 0", n)
 	}
 }
@@ -262,7 +264,7 @@ func TestBatchRedisUnavailable(t *testing.T) {
 	if n := metricValue(t, ts.Server, "quotad_decisions_total", map[string]string{"policy": "open", "result": "degraded"}); n != 2 {
 		t.Errorf("degraded decisions of open = %v, want 2", n)
 	}
-	if ts.batched.Load() == 0 {
+	if ts.batched(t) == 0 {
 		t.Error("no request went through a batch")
 	}
 }

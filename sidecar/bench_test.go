@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"bufio"
-	"context"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -13,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"quotad/integration/redistest"
-	"quotad/protocol"
+	"quotad/store"
 )
 
 // benchServer serves on a real Redis without test logs, which would
@@ -25,7 +24,7 @@ func benchServer(b *testing.B, flushDelay ...time.Duration) *testServer {
 	if len(flushDelay) > 0 {
 		fd = flushDelay[0]
 	}
-	st, err := OpenStore(StoreOptions{RedisURL: r.URL(), Logger: zap.NewNop(), FlushDelay: fd})
+	st, err := store.OpenStore(store.StoreOptions{RedisURL: r.URL(), Logger: zap.NewNop(), FlushDelay: fd})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -36,53 +35,6 @@ func benchServer(b *testing.B, flushDelay ...time.Duration) *testServer {
 func waitStoreUp(b *testing.B, s *Server) {
 	b.Helper()
 	waitFor(b, "the store to reach redis", s.store.Up)
-}
-
-// BenchmarkHandleTake is the dispatch path of one take without the socket:
-// resolve, the local-deny check, the script call and the reply, from
-// parallel goroutines as the connections run them.
-func BenchmarkHandleTake(b *testing.B) {
-	ts := benchServer(b)
-	waitStoreUp(b, ts.Server)
-	var n atomic.Int64
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		var req protocol.Request
-		var out []byte
-		i := n.Add(1) << 32
-		for pb.Next() {
-			i++
-			line := `{"op":"take","subject":"s` + strconv.FormatInt(i%10000, 10) + `","limit":1000000,"window_ms":60000}`
-			if err := protocol.Decode([]byte(line), &req); err != nil {
-				b.Fatal(err)
-			}
-			out = ts.handle(context.Background(), &req, out[:0])
-		}
-	})
-}
-
-// BenchmarkHandleTakeDeniedLocally is the same path for a subject known
-// to be exhausted: everything the sidecar spends except Redis.
-func BenchmarkHandleTakeDeniedLocally(b *testing.B) {
-	ts := benchServer(b)
-	waitStoreUp(b, ts.Server)
-	var req protocol.Request
-	line := []byte(`{"op":"take","subject":"hot","limit":1,"window_ms":60000}`)
-	var out []byte
-	for range 2 {
-		if err := protocol.Decode(line, &req); err != nil {
-			b.Fatal(err)
-		}
-		out = ts.handle(context.Background(), &req, out[:0])
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if err := protocol.Decode(line, &req); err != nil {
-			b.Fatal(err)
-		}
-		out = ts.handle(context.Background(), &req, out[:0])
-	}
 }
 
 // BenchmarkSocketPipelined is the whole path through one socket: a client

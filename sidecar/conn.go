@@ -3,14 +3,14 @@ package sidecar
 import (
 	"bufio"
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"quotad/dispatch"
 	"quotad/protocol"
+	"quotad/rawio"
 )
 
 // readBufSize is the per-connection read buffer; longer lines are assembled
@@ -21,28 +21,32 @@ const readBufSize = 4 << 10
 // waiting, so pipelining clients get many replies per syscall.
 const writeBufSize = 4 << 10
 
-// slot is one request's place in a connection's reply order. out is written
-// once, before done is set. Slots and their reply buffers are reused.
+// slot is one request's place in its connection's reply order. The reader
+// fills req and pushes the slot; out is written once, before done is set;
+// after done the writer owns the slot and frees it. Slots are reused.
 type slot struct {
-	req   protocol.Request
-	out   []byte
-	done  atomic.Bool
-	ready chan struct{} // a token when the group batcher answered (group.go)
+	c    *conn
+	req  protocol.Request
+	dec  dispatch.Decision
+	out  []byte
+	done atomic.Bool
+	// key is the Redis key the request decides on; next is the request of
+	// the same connection on the same key that waits for this one to be
+	// decided (same-key order). Both are guarded by c.mu.
+	key  string
+	next *slot
 }
 
-var slots = sync.Pool{New: func() any { return new(slot) }}
-
-func newSlot() *slot {
-	sl := slots.Get().(*slot)
-	sl.done.Store(false)
+var slots = sync.Pool{New: func() any {
+	sl := new(slot)
+	sl.dec.Done = sl.decided
 	return sl
-}
+}}
 
-// doneSlot is a slot whose reply is computed synchronously (errors, ping).
-func doneSlot(out []byte) *slot {
-	sl := newSlot()
-	sl.out = out
-	sl.done.Store(true)
+func newSlot(c *conn) *slot {
+	sl := slots.Get().(*slot)
+	sl.c = c
+	sl.done.Store(false)
 	return sl
 }
 
@@ -50,38 +54,44 @@ func freeSlot(sl *slot) {
 	if cap(sl.out) > 4<<10 {
 		sl.out = nil // keep no outsized buffer alive
 	}
+	sl.c, sl.key, sl.next = nil, "", nil
 	slots.Put(sl)
 }
 
-// conn serves one client. One reader goroutine decodes lines and starts each
-// request; one writer goroutine writes the replies in request order. The
-// queue between them is bounded by --max-inflight-per-conn: when it is full
-// the reader stops reading, so a client that never reads its replies holds
-// at most that many requests in memory (backpressure, not buffering).
+// conn serves one client. One reader goroutine decodes lines and hands each
+// request to the dispatcher; one writer goroutine writes the replies in
+// request order. The queue between them is bounded by
+// --max-inflight-per-conn: when it is full the reader stops reading, so a
+// client that never reads its replies holds at most that many requests in
+// memory (backpressure, not buffering).
+//
+// Requests on different keys run concurrently; requests on the same key
+// run in the order they were written: a request whose key has an earlier
+// request of this connection in flight waits for it (keys).
 type conn struct {
 	s     *Server
 	nc    net.Conn
 	queue chan *slot
-	// wake gets a token whenever a request run on a worker is done; the
-	// writer waits on it for the slot at the head of the queue.
+	// wake gets a token whenever a request is decided; the writer waits on
+	// it for the slot at the head of the queue.
 	wake chan struct{}
-	// running counts requests started on their own goroutine whose reply is
-	// not computed yet. While a drain waits for them, the reader goes on
-	// reading, so that lines the client sends meanwhile are answered
-	// SHUTTING_DOWN instead of being cut off when the connection closes.
+	// running counts requests pushed and not yet decided. While a drain
+	// waits for them, the reader goes on reading, so that lines the client
+	// sends meanwhile are answered SHUTTING_DOWN instead of being cut off.
 	running atomic.Int64
-	// queued counts the slots sent to the queue whose reply the writer has
-	// not yet handed to the socket (written and flushed). Only the reader
-	// adds to it, so when it reads 0 the writer holds nothing and will get
-	// nothing until the reader sends again.
-	queued atomic.Int64
-	// stopped tells the reader to read no more from the socket (see
-	// pollSource): the connection is closed or draining.
+	// stopped tells the reader to read no more: the connection is closed
+	// or draining.
 	stopped atomic.Bool
+
+	mu sync.Mutex
+	// keys maps a key with a request in flight to the last request queued
+	// on it, whose next the following request on that key joins.
+	keys map[string]*slot
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{s: s, nc: withRawIO(nc), queue: make(chan *slot, s.opts.MaxInflightPerConn), wake: make(chan struct{}, 1)}
+	return &conn{s: s, nc: rawio.Wrap(nc), queue: make(chan *slot, s.opts.MaxInflightPerConn),
+		wake: make(chan struct{}, 1), keys: make(map[string]*slot)}
 }
 
 func (c *conn) serve() {
@@ -90,31 +100,23 @@ func (c *conn) serve() {
 }
 
 // stopReading makes the blocked read return, so the reader answers the lines
-// it already buffered and then closes the queue.
+// it already read and then closes the queue.
 func (c *conn) stopReading() {
 	c.stopped.Store(true)
 	_ = c.nc.SetReadDeadline(time.Now())
 }
 
-// close ends the connection at once: the client sees it closed and the
-// reader reads no more. The writer closes the socket itself once the reader
-// is done (writeLoop): closing it while the reader is inside its RawRead
-// (readLoop) would wait for the reader, which may be waiting for the writer.
+// close ends the connection at once: the client sees it closed, the read
+// in progress returns, and the writer stops writing.
 func (c *conn) close() {
-	raw, ok := c.nc.(*rawConn)
-	if !ok {
-		c.stopped.Store(true)
-		c.nc.Close()
-		return
-	}
-	_ = raw.io.rc.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
-	c.stopReading()
+	c.stopped.Store(true)
+	c.nc.Close()
 }
 
 // drain is Shutdown's first step for one connection: an idle one stops
 // reading at once; one with requests running stops when the last of them is
-// answered (see start). shutting must already be set, so that either this
-// call or the last request to finish sees the other's write.
+// answered (see finished). shutting must already be set, so that either
+// this call or the last request to finish sees the other's write.
 func (c *conn) drain() {
 	if c.running.Load() == 0 {
 		c.stopReading()
@@ -123,244 +125,98 @@ func (c *conn) drain() {
 
 func (c *conn) readLoop() {
 	defer close(c.queue)
-	raw, ok := c.nc.(*rawConn)
-	if !ok {
-		c.readLines(protocol.NewLineReader(c.nc, readBufSize, c.s.opts.MaxLineBytes))
-		return
-	}
-	// The reader stays inside one read of the socket: Go's poller calls f
-	// when there may be data, f answers the lines it reads until the socket
-	// is empty, and asks to wait again. A read that came back short emptied
-	// the socket, so f waits rather than read once more only to get EAGAIN
-	// (a system call per request for one-at-a-time clients): within one
-	// RawRead, data that arrives after that read wakes the poller again.
-	// (A new RawRead forgets what the poller saw before it; net.Conn's Read
-	// must read first for that reason.)
-	src := &pollSource{c: c}
-	lr := protocol.NewLineReader(src, readBufSize, c.s.opts.MaxLineBytes)
-	_ = raw.io.rc.Read(func(fd uintptr) bool {
-		src.fd, src.drained = fd, false
-		return !c.readLines(lr)
-	})
-}
-
-// pollSource is the socket as readLoop's line reader reads it: raw reads
-// of fd that say protocol.ErrWouldBlock when the socket is empty.
-type pollSource struct {
-	c       *conn
-	fd      uintptr
-	drained bool // the last read came back short
-}
-
-var errStopped = errors.New("the connection stopped reading")
-
-func (s *pollSource) Read(p []byte) (int, error) {
-	if s.c.stopped.Load() {
-		return 0, errStopped
-	}
-	if s.drained || len(p) == 0 {
-		return 0, protocol.ErrWouldBlock
-	}
-	n, errno := rawRead(s.fd, p)
-	switch {
-	case errno == syscall.EAGAIN:
-		s.drained = true
-		return 0, protocol.ErrWouldBlock
-	case errno != 0:
-		return 0, errno
-	case n == 0:
-		return 0, io.EOF
-	}
-	// A short read emptied the socket of data; but a peer's end of input
-	// that came with the data shows only at the next read, and brings no
-	// new wake-up. So the reader skips that read only when the data ends
-	// lines that will be answered: a client reading a reply frees room in
-	// the socket, and the poller's wake-up for that reports the end of
-	// input too. A partial line or blank lines alone are read once more.
-	s.drained = n < len(p) && p[n-1] == '\n' && hasRequest(p[:n])
-	return n, nil
-}
-
-// hasRequest reports whether b holds a line that is not blank.
-func hasRequest(b []byte) bool {
-	for _, c := range b {
-		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
-			return true
-		}
-	}
-	return false
-}
-
-// readLines answers the lines lr reads. It reports true when lr's source
-// would block, so the reader should wait for more, and false when the input
-// ended.
-func (c *conn) readLines(lr *protocol.LineReader) (wait bool) {
-	for {
+	lr := protocol.NewLineReader(c.nc, readBufSize, c.s.opts.MaxLineBytes)
+	for !c.stopped.Load() {
 		line, err := lr.ReadLine()
 		if errors.Is(err, protocol.ErrTooLarge) {
-			c.push(doneSlot(protocol.AppendErr(nil, nil, err)))
+			c.answer(newSlot(c), protocol.AppendErr(nil, nil, err))
 			continue
-		}
-		if errors.Is(err, protocol.ErrWouldBlock) {
-			return true
 		}
 		if err != nil {
 			// EOF, a closed connection or the shutdown read deadline: none
 			// is worth a log line.
-			return false
+			return
 		}
-		if isBlank(line) {
-			continue
+		if !isBlank(line) {
+			c.start(line)
 		}
-		if lr.HasLine() {
-			if !c.readBatch(lr, line) {
-				return false
-			}
-			continue
-		}
-		// A client with nothing in flight that sent nothing more waits for
-		// this reply before it sends again: run the request here rather
-		// than hand it to a worker (one goroutine switch less per request
-		// for one-at-a-time clients).
-		inline := c.running.Load() == 0 && lr.Buffered() == 0
-		sl := c.start(line, inline, nil)
-		if inline && c.queued.Load() == 0 {
-			// Every earlier reply is on the socket: write this one from here
-			// too rather than wake the writer for it (another switch less).
-			// An inline request's slot is done.
-			_, err := c.nc.Write(sl.out)
-			freeSlot(sl)
-			if err != nil {
-				c.close() // as the writer does: the client is gone
-				return false
-			}
-			continue
-		}
-		c.push(sl)
 	}
 }
 
-// push hands a slot to the writer.
-func (c *conn) push(sl *slot) {
-	c.queued.Add(1)
+// answer queues a reply computed by the reader itself.
+func (c *conn) answer(sl *slot, out []byte) {
+	sl.out = out
+	sl.done.Store(true)
 	c.queue <- sl
 }
 
-// readBatch starts line and the whole lines already buffered after it,
-// and runs their fixed-window calls on one worker, which sends them to
-// Redis together (batch.go). It reads no more lines than the queue has
-// room for, so that queueing a staged request never blocks (the writer
-// would wait for it at the head of the queue while the reader waits for the
-// writer), and --max-inflight-per-conn still bounds the requests in memory.
-// It reports false when the connection's input ended.
-func (c *conn) readBatch(lr *protocol.LineReader, line []byte) bool {
-	b := batches.Get().(*windowBatch)
-	room := max(cap(c.queue)-len(c.queue), 1) // only the writer shrinks len
-	ok, n := true, 0
-	for {
-		if !isBlank(line) {
-			c.push(c.start(line, false, b))
-			n++
-		}
-		if n >= room || n >= maxBatch || !lr.HasLine() {
-			break
-		}
-		var err error
-		line, err = lr.ReadLine()
-		if errors.Is(err, protocol.ErrTooLarge) {
-			c.push(doneSlot(protocol.AppendErr(nil, nil, err)))
-			n++
-			line = nil
-			continue
-		}
-		if err != nil {
-			ok = false
-			break
-		}
-	}
-	if len(b.items) == 0 {
-		batches.Put(b)
-	} else {
-		c.s.workers.run(job{c: c, b: b})
-	}
-	return ok
-}
-
-// runBatch answers a batch's requests on a worker.
-func (c *conn) runBatch(b *windowBatch) {
-	c.s.runBatch(b)
-	n := len(b.items)
-	for i := range b.items {
-		b.items[i].sl.done.Store(true) // the writer may reuse it from here on
-	}
-	b.reset()
-	batches.Put(b)
-	c.finished(int64(n))
-}
-
-// start decodes a line and, for requests that need Redis, runs them on a
-// worker so one connection's requests execute concurrently, or on the
-// reader itself when inline, or stages them in b, when not nil, for
-// readBatch to run.
-func (c *conn) start(line []byte, inline bool, b *windowBatch) *slot {
-	sl := newSlot()
-	if err := protocol.Decode(line, &sl.req); err != nil {
-		sl.out = protocol.AppendErr(sl.out[:0], sl.req.ID, err)
-		sl.done.Store(true)
-		return sl
+// start decodes a line and queues its request: answered at once when it
+// needs no Redis (a bad line, a ping, a draining sidecar, a request the
+// dispatcher refuses), else handed to the dispatcher, or queued behind the
+// request of this connection that is in flight on the same key.
+func (c *conn) start(line []byte) {
+	sl := newSlot(c)
+	req := &sl.req
+	if err := protocol.Decode(line, req); err != nil {
+		c.answer(sl, protocol.AppendErr(sl.out[:0], req.ID, err))
+		return
 	}
 	if c.s.shutting.Load() {
-		sl.out = protocol.AppendError(sl.out[:0], sl.req.ID, protocol.CodeShuttingDown, "the sidecar is shutting down: the request was not run")
-		sl.done.Store(true)
-		return sl
+		c.answer(sl, protocol.AppendError(sl.out[:0], req.ID, protocol.CodeShuttingDown, "the sidecar is shutting down: the request was not run"))
+		return
 	}
-	if sl.req.Op == protocol.OpPing {
-		sl.out = c.s.handle(c.s.reqCtx, &sl.req, sl.out[:0])
-		sl.done.Store(true)
-		return sl
-	}
-	if b != nil {
-		if l, ok := c.s.batchable(&sl.req); ok {
-			c.running.Add(1)
-			if !c.s.stage(b, sl, l) { // answered without Redis
-				sl.done.Store(true)
-				c.finished(1)
-			}
-			return sl
-		}
+	if req.Op == protocol.OpPing {
+		c.answer(sl, c.s.ping(req, sl.out[:0]))
+		return
 	}
 	c.running.Add(1)
-	if !inline {
-		c.s.workers.run(job{c: c, sl: sl})
-		return sl
+	c.queue <- sl // the reply's place comes before the request runs
+	key, decided := c.s.dispatch.Prepare(req, &sl.dec)
+	if decided {
+		return // refused: Done was called, and sl may be gone
 	}
-	if l, ok := c.s.batchable(&sl.req); ok {
-		// It shares its Redis call with other connections' (group.go).
-		c.s.group.run(sl, l)
-		sl.done.Store(true)
-		c.finished(1)
-		return sl
+	c.mu.Lock()
+	sl.key = key
+	if last, ok := c.keys[key]; ok {
+		last.next = sl
+		c.keys[key] = sl
+		c.mu.Unlock()
+		return // last's decision runs this one
 	}
-	c.run(sl)
-	return sl
+	c.keys[key] = sl
+	c.mu.Unlock()
+	c.s.dispatch.Run(&sl.dec)
 }
 
-// run computes a slot's reply on a worker. Once done is set the writer may
-// reuse the slot, so sl is not touched after.
-func (c *conn) run(sl *slot) {
-	sl.out = c.s.handle(c.s.reqCtx, &sl.req, sl.out[:0])
-	sl.done.Store(true)
-	c.finished(1)
+// decided is a request's Decision.Done: it renders the reply, runs the
+// next request on the same key, and hands the slot to the writer.
+func (sl *slot) decided() {
+	c := sl.c
+	sl.out = sl.dec.Out.AppendReply(sl.out[:0], sl.req.ID)
+	var next *slot
+	if sl.key != "" {
+		c.mu.Lock()
+		next = sl.next
+		if next == nil {
+			delete(c.keys, sl.key)
+		}
+		c.mu.Unlock()
+	}
+	sl.done.Store(true) // the writer may free sl from here on
+	c.finished()
+	if next != nil {
+		c.s.dispatch.Run(&next.dec)
+	}
 }
 
-// finished wakes the writer for n requests whose slots are done, and ends
-// a drain when they were the last running.
-func (c *conn) finished(n int64) {
+// finished wakes the writer for a decided request, and ends a drain when it
+// was the last running.
+func (c *conn) finished() {
 	select {
 	case c.wake <- struct{}{}:
 	default: // a token is already waiting; the writer checks done again
 	}
-	if c.running.Add(-n) == 0 && c.s.shutting.Load() {
+	if c.running.Add(-1) == 0 && c.s.shutting.Load() {
 		c.stopReading()
 	}
 }
@@ -384,7 +240,6 @@ func (c *conn) writeLoop() {
 		}
 		if broken {
 			freeSlot(sl)
-			c.queued.Add(-1)
 			continue // keep draining so the reader is never blocked on the queue
 		}
 		_, err := bw.Write(sl.out)
@@ -398,7 +253,6 @@ func (c *conn) writeLoop() {
 			broken = true
 			c.close()
 		}
-		c.queued.Add(-1) // after the flush: see queued
 	}
 	if !broken {
 		_ = bw.Flush()

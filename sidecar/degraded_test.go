@@ -1,49 +1,13 @@
 package sidecar
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
 	"quotad/integration/redistest"
+	"quotad/policy"
 	"quotad/protocol"
 )
-
-func TestParseConfigOnUnavailable(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`
-policies:
-  default:
-    limit: 5
-    window: 1m
-  open:
-    limit: 5
-    window: 1m
-    on_unavailable: allow
-  closed:
-    limit: 5
-    window: 1m
-    on_unavailable: deny
-  strict:
-    limit: 5
-    window: 1m
-    on_unavailable: error
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range map[string]string{"default": OnUnavailableError, "open": OnUnavailableAllow, "closed": OnUnavailableDeny, "strict": OnUnavailableError} {
-		if got := cfg.Policies[name].OnUnavailable; got != want {
-			t.Errorf("policy %s: on_unavailable %q, want %q", name, got, want)
-		}
-	}
-	for _, bad := range []string{"Allow", "open", "true", "''", "[allow]", "1", "~"} {
-		_, err := ParseConfig([]byte("policies:\n  api:\n    limit: 5\n    window: 1m\n    on_unavailable: " + bad + "\n"))
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Policy != "api" || ce.Field != "on_unavailable" {
-			t.Errorf("on_unavailable %s: err = %v, want a ConfigError naming api and on_unavailable", bad, err)
-		}
-	}
-}
 
 const degradedConfig = `
 policies:
@@ -94,7 +58,7 @@ func checkDegraded(t *testing.T, what, line string, allowed bool) {
 // on_unavailable allow and deny answer every kind of UNAVAILABLE with a
 // take reply marked degraded; a real decision never carries the field.
 func TestOnUnavailableAnswersDegradedTakes(t *testing.T) {
-	cfg, err := ParseConfig([]byte(degradedConfig))
+	cfg, err := policy.ParseConfig([]byte(degradedConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +112,7 @@ func TestOnUnavailableAnswersDegradedTakes(t *testing.T) {
 		checkCode(t, o.name+", unknown policy", c.call(`{"op":"take","subject":"s","policy":"nope"}`), protocol.CodeUnknownPolicy)
 	}
 
-	startRedisAt(t, addr)
+	redistest.StartAt(t, addr)
 	waitFor(t, "the probe to close the breaker", st.Up)
 	line := c.callRaw(`{"op":"take","subject":"s","policy":"open","request_id":"x"}`)
 	if got := decodeReply(t, line); !got.OK || !got.Allowed || got.Used != 1 || strings.Contains(line, "degraded") {

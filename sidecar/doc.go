@@ -1,15 +1,14 @@
 // Package sidecar is the quotad server: it listens on a Unix socket, reads
-// protocol lines from each connection, resolves policies from the config
-// file, runs the decision scripts through luascript, and writes one reply per
-// request in order.
+// protocol lines from each connection, hands each request to the
+// dispatcher (package dispatch), and writes one reply per request in the
+// order the requests came.
 //
-// The sidecar never decides quota itself: every take and peek is one Lua
-// script in Redis, so that concurrent callers in any number of pods agree. It
-// never retries a take in a way that could consume twice, and it never turns
-// a Redis failure into an allow or a deny: the caller gets UNAVAILABLE and the
-// outcome is unknown.
+// A connection has one reader and one writer goroutine. Requests on
+// different keys run concurrently; requests of one connection on the same
+// key run in the order they were written (conn.go). The server answers
+// pings itself and serves the operator's endpoints (/metrics, /healthz,
+// /readyz: http.go).
 //
-// For operators it also counts what it decides (metrics.go, served with the
-// probes by http.go; never a subject in a label), and Doctor inspects the
-// keys quotad writes in Redis.
+// It never decides quota and never talks to Redis for a decision itself:
+// that is the dispatcher's, which owns every decision's metrics too.
 package sidecar

@@ -1,16 +1,13 @@
 package sidecar
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"quotad/integration/redistest"
-	"quotad/protocol"
 )
 
 // One-at-a-time clients on different connections share Redis calls: while
@@ -24,7 +21,7 @@ func TestGroupBatchesOneAtATimeClientsAcrossConnections(t *testing.T) {
 	for i := range clients {
 		clients[i] = ts.dial(t)
 	}
-	before := ts.batched.Load()
+	before := ts.batched(t)
 	if err := r.Do(t, "CLIENT", "PAUSE", "300", "ALL").Error(); err != nil {
 		t.Fatalf("CLIENT PAUSE: %v", err)
 	}
@@ -59,7 +56,7 @@ func TestGroupBatchesOneAtATimeClientsAcrossConnections(t *testing.T) {
 			t.Fatalf("peek s%d: %+v, want %d used", s, rep, conns/4)
 		}
 	}
-	if n := ts.batched.Load() - before; n < conns {
+	if n := ts.batched(t) - before; n < conns {
 		t.Fatalf("%d of %d takes went through a batch", n, conns)
 	}
 	// Every batch of one request falls in the histogram's first bucket.
@@ -74,48 +71,4 @@ func TestGroupBatchesOneAtATimeClientsAcrossConnections(t *testing.T) {
 		t.Fatalf("%d batches, %d of them of one request; the requests that came while Redis was paused should have shared one", batches, ofOne)
 	}
 	redistest.AssertAllKeysHaveTTL(t, r.Client(t), testPrefix)
-}
-
-// A batch is not sent when its requests can no longer be run in time:
-// the oldest already waited --redis-timeout behind earlier batches, or the
-// breaker opened while they waited. Its requests are answered UNAVAILABLE,
-// not run, and Redis runs nothing.
-func TestGroupBatchThatCannotRunInTimeIsNotSent(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		spoil func(s *Server, st *Store, b *windowBatch)
-	}{
-		{"past its deadline", func(s *Server, _ *Store, b *windowBatch) {
-			b.items[0].start = time.Now().Add(-s.opts.RedisTimeout) // it waited its whole deadline
-		}},
-		{"breaker opened", func(_ *Server, st *Store, _ *windowBatch) {
-			st.setUp(false, false, errors.New("connection refused"))
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ts, _, r, st := startBatchServer(t)
-			s := ts.Server
-			sl := newSlot()
-			if err := protocol.Decode([]byte(`{"op":"take","id":7,"subject":"late","limit":5,"window_ms":60000}`), &sl.req); err != nil {
-				t.Fatal(err)
-			}
-			l, ok := s.batchable(&sl.req)
-			if !ok {
-				t.Fatal("a fixed-window take is not batchable")
-			}
-			b := batches.Get().(*windowBatch)
-			if !s.stage(b, sl, l) {
-				t.Fatalf("the take was answered without Redis: %s", sl.out)
-			}
-			tc.spoil(s, st, b)
-			resetStats(t, r)
-			s.group.send(b)
-			if got := string(sl.out); !strings.Contains(got, `"error":"UNAVAILABLE"`) || !strings.Contains(got, "not run") {
-				t.Fatalf("reply %s, want UNAVAILABLE: not run", got)
-			}
-			if n := scriptCalls(t, r); n != 0 {
-				t.Fatalf("Redis ran %d scripts for a batch that could not run in time", n)
-			}
-		})
-	}
 }

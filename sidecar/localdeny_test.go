@@ -3,45 +3,14 @@ package sidecar
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"quotad/integration/redistest"
+	"quotad/policy"
 	"quotad/protocol"
 )
 
-// scriptCalls is how many scripts Redis ran since the last CONFIG RESETSTAT.
-func scriptCalls(t *testing.T, r *redistest.Server) int64 {
-	t.Helper()
-	info, err := r.Do(t, "INFO", "commandstats").ToString()
-	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\r\n") {
-		if !strings.HasPrefix(line, "cmdstat_eval") {
-			continue
-		}
-		_, rest, _ := strings.Cut(line, "calls=")
-		calls, _, _ := strings.Cut(rest, ",")
-		v, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			t.Fatalf("commandstats line %q: %v", line, err)
-		}
-		n += v
-	}
-	return n
-}
-
-func resetStats(t *testing.T, r *redistest.Server) {
-	t.Helper()
-	if err := r.Do(t, "CONFIG", "RESETSTAT").Error(); err != nil {
-		t.Fatalf("CONFIG RESETSTAT: %v", err)
-	}
-}
-
-func startDenyServer(t *testing.T, cfg *Config) (*testServer, *client, *redistest.Server) {
+func startDenyServer(t *testing.T, cfg *policy.Config) (*testServer, *client, *redistest.Server) {
 	t.Helper()
 	r := redistest.Start(t)
 	ts := startServer(t, Options{Store: openStore(t, r.URL()), AllowInline: true, Config: cfg})
@@ -64,7 +33,7 @@ func TestExhaustedWindowIsDeniedWithoutCallingRedis(t *testing.T) {
 	// Load the peek script now, so that its first EVALSHA does not fall
 	// back to EVAL in the count below.
 	c.call(`{"op":"peek","subject":"hot","limit":3,"window_ms":60000}`)
-	resetStats(t, r)
+	r.ResetStats(t)
 	const flood = 50
 	lines := make([]string, flood)
 	for i := range lines {
@@ -80,7 +49,7 @@ func TestExhaustedWindowIsDeniedWithoutCallingRedis(t *testing.T) {
 			t.Fatalf("flood take %d: reset_ms %d retry_after_ms %d, want equal and within the 60s window", i, got.ResetMS, got.RetryAfterMS)
 		}
 	}
-	if n := scriptCalls(t, r); n != 0 {
+	if n := r.ScriptCalls(t); n != 0 {
 		t.Fatalf("%d takes on an exhausted window cost Redis %d script calls, want none", flood, n)
 	}
 
@@ -92,7 +61,7 @@ func TestExhaustedWindowIsDeniedWithoutCallingRedis(t *testing.T) {
 	if got := c.call(`{"op":"peek","subject":"hot","limit":3,"window_ms":60000}`); !got.OK || got.Used != 3 {
 		t.Fatalf("peek = %+v", got)
 	}
-	if n := scriptCalls(t, r); n != 2 {
+	if n := r.ScriptCalls(t); n != 2 {
 		t.Fatalf("a take with a request_id and a peek made %d script calls, want 2", n)
 	}
 	// Other limits on the same subject are Redis's to judge: a live inline
@@ -118,9 +87,9 @@ func TestLocalDenialLetsASmallerCostThrough(t *testing.T) {
 }
 
 func TestReloadIsNeverAnsweredFromALocalDenial(t *testing.T) {
-	parse := func(limit int) *Config {
+	parse := func(limit int) *policy.Config {
 		t.Helper()
-		cfg, err := ParseConfig([]byte(fmt.Sprintf("policies:\n  api:\n    limit: %d\n    window: 1m\n", limit)))
+		cfg, err := policy.ParseConfig([]byte(fmt.Sprintf("policies:\n  api:\n    limit: %d\n    window: 1m\n", limit)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,11 +106,11 @@ func TestReloadIsNeverAnsweredFromALocalDenial(t *testing.T) {
 	}
 	// The same limits under a reloaded config: Redis is asked again.
 	ts.SetConfig(parse(2))
-	resetStats(t, r)
+	r.ResetStats(t)
 	if got := take("4"); !got.OK || got.Allowed {
 		t.Fatalf("take after an identical reload = %+v, want denied", got)
 	}
-	if n := scriptCalls(t, r); n != 1 {
+	if n := r.ScriptCalls(t); n != 1 {
 		t.Fatalf("the first take after a reload made %d script calls, want 1", n)
 	}
 	// A raised limit applies at once.
@@ -170,36 +139,10 @@ func TestLocalDenialEndsWithTheWindow(t *testing.T) {
 	})
 }
 
-func TestLocalDenyMemoryIsBounded(t *testing.T) {
-	d := newLocalDeny(64)
-	cfg := &Config{}
-	l := limits{limit: 1, windowMS: 60000}
-	now := time.Now()
-	for i := range 10_000 {
-		d.record(cfg, "k"+strconv.Itoa(i), l, false, 1, 60000, now)
-	}
-	if n := d.len(); n > 64 {
-		t.Fatalf("%d entries after 10000 denials, want at most 64", n)
-	}
-	// The newest is remembered and answers; an acceptance forgets it.
-	if _, ok := d.check(cfg, "k9999", l, 1, now); !ok {
-		t.Fatal("the latest denial was forgotten")
-	}
-	d.record(cfg, "k9999", l, true, 1, 60000, now)
-	if _, ok := d.check(cfg, "k9999", l, 1, now); ok {
-		t.Fatal("a denial was remembered past an acceptance")
-	}
-	// An ended window answers nothing and is dropped.
-	d.record(cfg, "old", l, false, 1, 10, now)
-	if _, ok := d.check(cfg, "old", l, 1, now.Add(10*time.Millisecond)); ok {
-		t.Fatal("a window was denied locally after its end")
-	}
-}
-
 // A shadow policy's takes are allowed whatever answers them: a local denial
 // is a real verdict like Redis's, reported in shadow_allowed.
 func TestLocalDenialOfAShadowPolicyStillAllows(t *testing.T) {
-	cfg, err := ParseConfig([]byte("policies:\n  trial:\n    limit: 1\n    window: 1m\n    mode: shadow\n"))
+	cfg, err := policy.ParseConfig([]byte("policies:\n  trial:\n    limit: 1\n    window: 1m\n    mode: shadow\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,13 +154,13 @@ func TestLocalDenialOfAShadowPolicyStillAllows(t *testing.T) {
 	if got := c.call(take); !got.OK || !got.Allowed || !got.Shadow || got.ShadowAllowed {
 		t.Fatalf("second take = %+v, want allowed, shadow_allowed false (Redis's denial)", got)
 	}
-	resetStats(t, r)
+	r.ResetStats(t)
 	for i := range 5 {
 		if got := c.call(take); !got.OK || !got.Allowed || !got.Shadow || got.ShadowAllowed || got.RetryAfterMS != 0 {
 			t.Fatalf("take %d on the exhausted window = %+v, want allowed, shadow_allowed false, retry_after_ms 0", i, got)
 		}
 	}
-	if n := scriptCalls(t, r); n != 0 {
+	if n := r.ScriptCalls(t); n != 0 {
 		t.Fatalf("the exhausted shadow window cost Redis %d script calls, want none", n)
 	}
 }
@@ -225,7 +168,7 @@ func TestLocalDenialOfAShadowPolicyStillAllows(t *testing.T) {
 // A window known to be exhausted stays denied while Redis is down: the
 // policy's on_unavailable answers only what the sidecar cannot know.
 func TestLocalDenialHoldsWhileRedisIsDown(t *testing.T) {
-	cfg, err := ParseConfig([]byte("policies:\n  open:\n    limit: 1\n    window: 1m\n    on_unavailable: allow\n"))
+	cfg, err := policy.ParseConfig([]byte("policies:\n  open:\n    limit: 1\n    window: 1m\n    on_unavailable: allow\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

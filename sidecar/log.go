@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 
+	"quotad/store"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -86,14 +88,14 @@ type StartInfo struct {
 // LogStart writes the start-up line (and the embedded-store warning), so an
 // operator sees in one place how this sidecar is configured.
 func (s *Server) LogStart(info StartInfo) {
-	if s.store.Kind() == StoreEmbedded {
+	if s.store.Kind() == store.StoreEmbedded {
 		s.log.Warn("NO REDIS CONFIGURED: using an embedded store local to this process; quotas are not shared with any other sidecar and are lost on restart. Set --redis-url for real use.")
 	}
 	s.log.Info("quotad started",
 		zap.String(keyVersion, s.opts.Version),
 		zap.String(keySocket, info.Socket),
 		zap.String(keyStore, s.store.Kind()),
-		zap.String(keyRedisURL, RedactURL(info.RedisURL)),
+		zap.String(keyRedisURL, store.RedactURL(info.RedisURL)),
 		zap.String(keyKeyPrefix, s.opts.KeyPrefix),
 		zap.String(keyConfig, info.ConfigPath),
 		zap.Strings(keyPolicies, s.Config().Names()),

@@ -20,6 +20,7 @@ import (
 
 	"quotad/integration/redistest"
 	"quotad/protocol"
+	"quotad/store"
 )
 
 func TestMain(m *testing.M) {
@@ -48,15 +49,15 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 
 // openStore opens a store on url ("" for the embedded one) and closes it when
 // the test ends. The probe runs often so that health changes show quickly.
-func openStore(t *testing.T, url string) *Store {
+func openStore(t *testing.T, url string) *store.Store {
 	t.Helper()
 	return openStoreTimeout(t, url, time.Second)
 }
 
 // openStoreTimeout is openStore with the probe's deadline set.
-func openStoreTimeout(t *testing.T, url string, timeout time.Duration) *Store {
+func openStoreTimeout(t *testing.T, url string, timeout time.Duration) *store.Store {
 	t.Helper()
-	st, err := OpenStore(StoreOptions{
+	st, err := store.OpenStore(store.StoreOptions{
 		RedisURL:      url,
 		Timeout:       timeout,
 		ProbeInterval: 20 * time.Millisecond,
@@ -78,7 +79,7 @@ func openStoreTimeout(t *testing.T, url string, timeout time.Duration) *Store {
 // hook schedules a topology refresh through singleflight DelayDo, which
 // sleeps a random delay of up to one second (clusterRefreshAutoMaxDelay for
 // fewer than 100 nodes), finds no connection to refresh and returns. The
-// client that owns it was never returned, so Store.Close cannot stop it: it
+// client that owns it was never returned, so store.Store.Close cannot stop it: it
 // is slow to exit, not leaked. goleak's own retries span about 0.4s, so the
 // tests of a store that could not connect wait for it here, and a refresh
 // still sleeping after waitTimeout fails the test as the leak it would be.
@@ -314,4 +315,30 @@ func checkCode(t *testing.T, what string, r protocol.Reply, want protocol.Code) 
 	if r.OK || r.Error != want {
 		t.Fatalf("%s: got %+v, want error %s", what, r, want)
 	}
+}
+
+// batched is how many decisions the server has sent to Redis in batches
+// (the sum of quotad_redis_batch_requests).
+func (ts *testServer) batched(t testing.TB) int64 {
+	t.Helper()
+	n, _ := ts.batches(t)
+	return n
+}
+
+// batches is how many decisions the server has sent to Redis in batches,
+// and in how many batches.
+func (ts *testServer) batches(t testing.TB) (decisions, batches int64) {
+	t.Helper()
+	mfs, err := ts.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "quotad_redis_batch_requests" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return int64(h.GetSampleSum()), int64(h.GetSampleCount())
+		}
+	}
+	t.Fatal("no quotad_redis_batch_requests metric")
+	return 0, 0
 }

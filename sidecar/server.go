@@ -14,7 +14,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"quotad/dispatch"
+	"quotad/policy"
 	"quotad/protocol"
+	"quotad/store"
 )
 
 // Defaults of the server's limits; the CLI exposes each as a flag.
@@ -22,7 +25,6 @@ const (
 	DefaultMaxLineBytes       = 16 << 10
 	DefaultMaxConns           = 10_000
 	DefaultMaxInflightPerConn = 128
-	DefaultRedisTimeout       = time.Second
 	// DefaultFlushDelay is the --redis-flush-delay default. Without it
 	// rueidis wrote to Redis each time its writer caught up with the
 	// workers, which was 31% of the CPU of BenchmarkSocketPipelined;
@@ -40,8 +42,8 @@ const (
 
 // Options configures a Server. Zero values take the defaults above.
 type Options struct {
-	Store     *Store
-	Config    *Config
+	Store     *store.Store
+	Config    *policy.Config
 	KeyPrefix string
 	// RedisTimeout is the deadline of every Redis call; a request's
 	// timeout_ms may shorten it, never lengthen it.
@@ -62,10 +64,10 @@ type Options struct {
 // Its shape follows net/http: Serve blocks until the listener fails or the
 // server is shut down, Shutdown drains, Close forces.
 type Server struct {
-	opts  Options
-	log   *zap.Logger
-	store *Store
-	cfg   atomic.Pointer[Config]
+	opts     Options
+	log      *zap.Logger
+	store    *store.Store
+	dispatch *dispatch.Dispatcher
 
 	// reqCtx is the parent of every request's context. It is cancelled when
 	// draining runs out of time, so in-flight Redis calls end at once.
@@ -78,15 +80,6 @@ type Server struct {
 	shutting  atomic.Bool
 	idle      chan struct{} // closed when shutting and no connection is left
 	idleOnce  sync.Once
-
-	healed atomic.Int64
-	// batched counts the requests answered through a connection's batch
-	// (batch.go), for tests.
-	batched   atomic.Int64
-	deny      *localDeny
-	workers   workers
-	deadlines *sharedDeadline
-	group     groupBatcher
 
 	metrics   *metrics
 	readiness readiness
@@ -104,10 +97,10 @@ func NewServer(opts Options) *Server {
 		opts.MaxInflightPerConn = DefaultMaxInflightPerConn
 	}
 	if opts.RedisTimeout <= 0 {
-		opts.RedisTimeout = DefaultRedisTimeout
+		opts.RedisTimeout = store.DefaultRedisTimeout
 	}
 	if opts.Config == nil {
-		opts.Config = &Config{Policies: map[string]*Policy{}}
+		opts.Config = &policy.Config{Policies: map[string]*policy.Policy{}}
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -122,25 +115,35 @@ func NewServer(opts Options) *Server {
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 		idle:      make(chan struct{}),
-		deny:      newLocalDeny(DefaultLocalDenyEntries),
-		workers:   workers{maxIdle: defaultMaxIdleWorkers},
 	}
-	s.group = groupBatcher{s: s}
-	s.cfg.Store(opts.Config)
-	s.deadlines = newSharedDeadline(ctx, opts.RedisTimeout)
 	s.metrics = newMetrics(s)
+	s.dispatch = dispatch.New(dispatch.Options{
+		Store: opts.Store, Config: opts.Config, KeyPrefix: opts.KeyPrefix,
+		RedisTimeout: opts.RedisTimeout, AllowInline: opts.AllowInline,
+		Logger: opts.Logger, LogDecisions: opts.LogDecisions, Registry: s.metrics.reg,
+		Context: ctx, Draining: s.shutting.Load,
+	})
 	return s
 }
 
 // SetConfig swaps the policies in use. Requests already running keep the
 // config they started with; the next request sees the new one.
-func (s *Server) SetConfig(c *Config) { s.cfg.Store(c) }
+func (s *Server) SetConfig(c *policy.Config) { s.dispatch.SetConfig(c) }
 
-// Config returns the policies in use.
-func (s *Server) Config() *Config { return s.cfg.Load() }
+// policy.Config returns the policies in use.
+func (s *Server) Config() *policy.Config { return s.dispatch.Config() }
+
+// Reloaded counts a policy file reload (policy.Target).
+func (s *Server) Reloaded(err error) {
+	result := "ok"
+	if err != nil {
+		result = "failed"
+	}
+	s.metrics.reloads.WithLabelValues(result).Inc()
+}
 
 // Healed is the number of quota keys found without a TTL and repaired.
-func (s *Server) Healed() int64 { return s.healed.Load() }
+func (s *Server) Healed() int64 { return s.dispatch.Healed() }
 
 // Conns is the number of open connections.
 func (s *Server) Conns() int {
@@ -242,6 +245,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	select {
 	case <-s.idle:
 		s.cancelReq()
+		s.dispatch.Close()
 		return nil
 	case <-ctx.Done():
 	}
@@ -266,6 +270,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() {
 	s.stop((*conn).close)
 	s.cancelReq()
+	s.dispatch.Close()
 }
 
 // stop marks the server as shutting down, closes the listeners and applies
@@ -274,7 +279,6 @@ func (s *Server) stop(each func(*conn)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shutting.Store(true)
-	s.workers.close()
 	for l := range s.listeners {
 		l.Close()
 	}

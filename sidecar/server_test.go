@@ -15,13 +15,15 @@ import (
 
 	"quotad/integration/redistest"
 	"quotad/luascript"
+	"quotad/policy"
 	"quotad/protocol"
+	"quotad/store"
 )
 
 func TestServeTakePeekPing(t *testing.T) {
 	r := redistest.Start(t)
 	st := openStore(t, r.URL())
-	cfg, err := ParseConfig([]byte("policies:\n  api:\n    limit: 3\n    window: 1m\n"))
+	cfg, err := policy.ParseConfig([]byte("policies:\n  api:\n    limit: 3\n    window: 1m\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +128,7 @@ func TestShutdownDrainsInflightRequests(t *testing.T) {
 			t.Fatalf("in-flight take on %s = %+v, want its real reply (allowed)", c.name, got)
 		}
 		used[got.Used] = true
-		if got := c.cl.recv(); !got.OK || got.Store != StoreRedis || string(got.ID) != `"`+c.name+`2"` {
+		if got := c.cl.recv(); !got.OK || got.Store != store.StoreRedis || string(got.ID) != `"`+c.name+`2"` {
 			t.Fatalf("ping sent before the shutdown on %s = %+v", c.name, got)
 		}
 		got = c.cl.recv()

@@ -2,30 +2,13 @@ package sidecar
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"testing"
 
 	"quotad/integration/redistest"
+	"quotad/policy"
 )
-
-func TestParseConfigMode(t *testing.T) {
-	cfg, err := ParseConfig([]byte("policies:\n  a:\n    limit: 1\n    window: 1s\n  b:\n    limit: 1\n    window: 1s\n    mode: shadow\n  c:\n    limit: 1\n    window: 1s\n    mode: enforce\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range map[string]string{"a": ModeEnforce, "b": ModeShadow, "c": ModeEnforce} {
-		if got := cfg.Policies[name].Mode; got != want {
-			t.Errorf("policy %s: mode %q, want %q", name, got, want)
-		}
-	}
-	_, err = ParseConfig([]byte("policies:\n  a:\n    limit: 1\n    window: 1s\n    mode: dry-run\n"))
-	var ce *ConfigError
-	if !errors.As(err, &ce) || ce.Policy != "a" || ce.Field != "mode" {
-		t.Fatalf("mode dry-run: got %v, want a ConfigError naming policy a, field mode", err)
-	}
-}
 
 // A shadow policy answers every take allowed, tells the real verdict, and
 // leaves Redis as enforcement would: so switching it to enforce goes on
@@ -33,7 +16,7 @@ func TestParseConfigMode(t *testing.T) {
 func TestShadowPolicyAllowsConsumesLikeEnforceAndReportsTheVerdict(t *testing.T) {
 	r := redistest.Start(t)
 	st := openStore(t, r.URL())
-	cfg, err := ParseConfig([]byte("policies:\n  trial:\n    limit: 2\n    window: 1m\n    mode: shadow\n  api:\n    limit: 2\n    window: 1m\n"))
+	cfg, err := policy.ParseConfig([]byte("policies:\n  trial:\n    limit: 2\n    window: 1m\n    mode: shadow\n  api:\n    limit: 2\n    window: 1m\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +54,7 @@ func TestShadowPolicyAllowsConsumesLikeEnforceAndReportsTheVerdict(t *testing.T)
 	}
 
 	// Switching to enforce continues from the shadow window.
-	cfg2, err := ParseConfig([]byte("policies:\n  trial:\n    limit: 2\n    window: 1m\n"))
+	cfg2, err := policy.ParseConfig([]byte("policies:\n  trial:\n    limit: 2\n    window: 1m\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +75,7 @@ func TestShadowPolicyAllowsConsumesLikeEnforceAndReportsTheVerdict(t *testing.T)
 func TestShadowAppliesToEveryAlgorithm(t *testing.T) {
 	r := redistest.Start(t)
 	st := openStore(t, r.URL())
-	cfg, err := ParseConfig([]byte(`
+	cfg, err := policy.ParseConfig([]byte(`
 policies:
   bucket:
     algorithm: token_bucket

@@ -1,62 +1,167 @@
 package sidecar
 
 import (
-	"bufio"
-	"net"
-	"os/exec"
+	"os"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 	"quotad/integration/redistest"
 	"quotad/luascript"
 	"quotad/protocol"
+	"quotad/store"
 )
 
-// startRedisAt runs a fresh redis-server at addr, where a stopped redistest
-// server listened: redistest cannot start a server again after Stop, and the
-// sidecar has to find Redis back at the address it was given. The new server
-// starts empty, like a Redis restarted without persistence.
-func startRedisAt(t *testing.T, addr string) {
-	t.Helper()
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
+// A hung Redis (SIGSTOP: connections open, nothing answered) costs one
+// --redis-timeout; after that the breaker answers every take at once, the
+// sidecar stays within bounds however many requests come, and the probe
+// closes the breaker when Redis answers again.
+func TestBreakerAnswersAtOnceWhileRedisHangsAndClosesWhenItAnswers(t *testing.T) {
+	r := redistest.Start(t)
+	st := openStore(t, r.URL())
+	ts := startServer(t, Options{Store: st, AllowInline: true, RedisTimeout: 2 * time.Second})
+	c := ts.dial(t)
+	waitRedisOK(t, c)
+	if got := c.call(inlineTake("w", "hang", 1000, "")); !got.OK || !got.Allowed {
+		t.Fatalf("take with Redis up = %+v", got)
 	}
-	cmd := exec.Command("redis-server", "--port", port, "--bind", host, "--dir", t.TempDir(),
-		"--save", "", "--appendonly", "no", "--protected-mode", "no")
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
+
+	const conns, perConn = 20, 100
+	clients := make([]*client, conns)
+	for i := range clients {
+		clients[i] = ts.dial(t)
 	}
-	exited := make(chan struct{})
+	waitFor(t, "the server to accept every connection", func() bool { return ts.Conns() == conns+1 })
+	before := measure(t)
+
+	r.Freeze(t)
+	// The first take finds the breaker closed and waits out the deadline,
+	// unless the probe was first to find Redis silent.
+	got := c.call(inlineTake("1", "hang", 1000, `,"request_id":"first"`))
+	checkCode(t, "the first take on a hung Redis", got, protocol.CodeUnavailable)
+	waitFor(t, "the breaker to open", func() bool { return !st.Up() })
+
+	// Every connection pipelines its takes; each is answered by the breaker.
+	peak := before
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
 	go func() {
-		_ = cmd.Wait()
-		close(exited)
+		defer close(sampled)
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			peak.goroutines = max(peak.goroutines, runtime.NumGoroutine())
+			peak.heap = max(peak.heap, ms.HeapInuse)
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
 	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	waitFor(t, "redis-server to answer at "+addr, func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("redis-server at %s exited (the port may have been taken)", addr)
-		default:
+	start := time.Now()
+	var wg sync.WaitGroup
+	replies := make([][]string, conns)
+	for i, cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lines := make([]string, perConn)
+			for j := range lines {
+				lines[j] = inlineTake(strconv.Itoa(j), "hang-"+strconv.Itoa(i), 1000, `,"request_id":"r`+strconv.Itoa(j)+`"`)
+			}
+			if _, err := cl.nc.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
+				replies[i] = []string{"write: " + err.Error()}
+				return
+			}
+			_ = cl.nc.SetReadDeadline(time.Now().Add(waitTimeout))
+			for range perConn {
+				line, err := cl.r.ReadString('\n')
+				if err != nil {
+					replies[i] = append(replies[i], "read: "+err.Error())
+					return
+				}
+				replies[i] = append(replies[i], line)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	peak.fds = max(peak.fds, procFDs(t))
+	close(stopSampling)
+	<-sampled
+	for i, lines := range replies {
+		if len(lines) != perConn {
+			t.Fatalf("connection %d: %d replies, want %d: %v", i, len(lines), perConn, lines)
 		}
-		nc, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			return false
+		for _, line := range lines {
+			got := decodeReply(t, line)
+			if got.Error != protocol.CodeUnavailable || got.Message != store.ErrBreakerOpen.Error() {
+				t.Fatalf("connection %d: take while the breaker is open = %s, want UNAVAILABLE %q", i, line, store.ErrBreakerOpen.Error())
+			}
 		}
-		defer nc.Close()
-		_ = nc.SetDeadline(time.Now().Add(time.Second))
-		if _, err := nc.Write([]byte("PING\r\n")); err != nil {
-			return false
+	}
+	t.Logf("%d takes answered by the open breaker in %v; goroutines %d -> peak %d, fds %d -> %d, heap %d -> peak %d KiB",
+		conns*perConn, elapsed, before.goroutines, peak.goroutines, before.fds, peak.fds, before.heap>>10, peak.heap>>10)
+	// Generous bounds. Were the takes waiting on Redis, each would hold its
+	// goroutine for the whole deadline: conns*perConn of them at once. Taken
+	// by the breaker, a request's goroutine ends as soon as it is scheduled.
+	if limit := before.goroutines + conns + conns*perConn*3/4; peak.goroutines > limit {
+		t.Errorf("goroutines peaked at %d during the outage, want at most %d", peak.goroutines, limit)
+	}
+	if limit := before.fds + 10; peak.fds > limit {
+		t.Errorf("open file descriptors reached %d during the outage, want at most %d", peak.fds, limit)
+	}
+	if limit := before.heap + 64<<20; peak.heap > limit {
+		t.Errorf("heap in use peaked at %d KiB during the outage, want at most %d KiB", peak.heap>>10, limit>>10)
+	}
+	checkCode(t, "peek while the breaker is open", c.call(`{"op":"peek","subject":"hang","limit":1000,"window_ms":60000}`), protocol.CodeUnavailable)
+	if got := c.call(`{"op":"ping"}`); !got.OK || got.RedisOK {
+		t.Fatalf("ping while the breaker is open = %+v, want redis_ok false", got)
+	}
+
+	r.Thaw(t)
+	waitFor(t, "the probe to close the breaker", st.Up)
+	if got := c.call(inlineTake("2", "hang", 1000, `,"request_id":"after"`)); !got.OK || !got.Allowed {
+		t.Fatalf("take once Redis answers again = %+v", got)
+	}
+	// The sidecar holds few connections to Redis whatever the outage did.
+	var fromSidecar int
+	for _, line := range strings.Split(redisString(t, r, "CLIENT", "LIST"), "\n") {
+		if strings.Contains(line, "cmd=") && !strings.Contains(line, "cmd=client") {
+			fromSidecar++
 		}
-		line, _ := bufio.NewReader(nc).ReadString('\n')
-		return line == "+PONG\r\n"
-	})
+	}
+	if fromSidecar > 8 {
+		t.Errorf("%d connections to Redis after the outage, want a handful", fromSidecar)
+	}
+}
+
+// A stopped Redis refuses connections: takes are UNAVAILABLE, the breaker
+// opens, and the sidecar needs no restart once Redis is back.
+func TestBreakerOpensWhenRedisStopsAndClosesWhenItIsBack(t *testing.T) {
+	r := redistest.Start(t)
+	addr := r.Addr()
+	st := openStore(t, r.URL())
+	ts := startServer(t, Options{Store: st, AllowInline: true})
+	c := ts.dial(t)
+	waitRedisOK(t, c)
+	r.Stop(t)
+	waitFor(t, "the breaker to open", func() bool { return !st.Up() })
+	for i := range 50 {
+		got := c.call(inlineTake(strconv.Itoa(i), "stopped", 10, ""))
+		if got.Error != protocol.CodeUnavailable || got.Message != store.ErrBreakerOpen.Error() {
+			t.Fatalf("take %d with Redis stopped = %+v, want the breaker's UNAVAILABLE", i, got)
+		}
+	}
+	redistest.StartAt(t, addr)
+	waitFor(t, "the probe to close the breaker", st.Up)
+	if got := c.call(inlineTake("b", "stopped", 10, "")); !got.OK || !got.Allowed || got.Used != 1 {
+		t.Fatalf("take once Redis is back = %+v, want allowed with used 1", got)
+	}
 }
 
 func TestRedisDownAndBackWithoutRestartingTheSidecar(t *testing.T) {
@@ -75,7 +180,7 @@ func TestRedisDownAndBackWithoutRestartingTheSidecar(t *testing.T) {
 	checkCode(t, "take with Redis stopped", got, protocol.CodeUnavailable)
 	// Either the take met the refused connection (outcome unknown) or the
 	// probe had already opened the breaker (not run).
-	if !strings.Contains(got.Message, "outcome is unknown") && got.Message != ErrBreakerOpen.Error() {
+	if !strings.Contains(got.Message, "outcome is unknown") && got.Message != store.ErrBreakerOpen.Error() {
 		t.Fatalf("take with Redis stopped: message %q says neither that the outcome is unknown nor that the breaker is open", got.Message)
 	}
 	checkCode(t, "peek with Redis stopped", c.call(`{"op":"peek","subject":"down","limit":10,"window_ms":60000}`), protocol.CodeUnavailable)
@@ -84,7 +189,7 @@ func TestRedisDownAndBackWithoutRestartingTheSidecar(t *testing.T) {
 		return got.OK && !got.RedisOK
 	})
 
-	startRedisAt(t, addr)
+	redistest.StartAt(t, addr)
 	// The first calls after the restart may still meet the broken connection:
 	// those are UNAVAILABLE, and the same request_id makes the retry safe.
 	waitFor(t, "a take to succeed again", func() bool {
@@ -110,7 +215,7 @@ func TestStoreStartsWithoutRedisAndConnectsWhenItComesUp(t *testing.T) {
 	addr, url := r.Addr(), r.URL()
 	r.Stop(t)
 
-	st := openStore(t, url) // fails the test if OpenStore returns an error
+	st := openStore(t, url) // fails the test if store.OpenStore returns an error
 	ts := startServer(t, Options{Store: st, AllowInline: true})
 	c := ts.dial(t)
 	got := c.call(inlineTake("1", "late", 10, `,"request_id":"late-1"`))
@@ -118,11 +223,11 @@ func TestStoreStartsWithoutRedisAndConnectsWhenItComesUp(t *testing.T) {
 	if !strings.Contains(got.Message, "not connected") {
 		t.Fatalf("take before Redis came up: message %q does not say the sidecar is not connected", got.Message)
 	}
-	if got := c.call(`{"op":"ping"}`); !got.OK || got.RedisOK || got.Store != StoreRedis {
+	if got := c.call(`{"op":"ping"}`); !got.OK || got.RedisOK || got.Store != store.StoreRedis {
 		t.Fatalf("ping before Redis came up = %+v, want store redis, redis_ok false", got)
 	}
 
-	startRedisAt(t, addr)
+	redistest.StartAt(t, addr)
 	waitFor(t, "a take to succeed once Redis is up", func() bool {
 		got := c.call(inlineTake("2", "late", 10, `,"request_id":"late-1"`))
 		if !got.OK {
@@ -141,18 +246,18 @@ func TestStoreStartsWithoutRedisAndConnectsWhenItComesUp(t *testing.T) {
 
 func TestEmbeddedStore(t *testing.T) {
 	// Zero options, as the CLI runs without --redis-url.
-	st, err := OpenStore(StoreOptions{})
+	st, err := store.OpenStore(store.StoreOptions{})
 	if err != nil {
 		t.Fatalf("OpenStore without a URL: %v", err)
 	}
 	t.Cleanup(st.Close)
-	if st.Kind() != StoreEmbedded {
-		t.Fatalf("Kind() = %q, want %q", st.Kind(), StoreEmbedded)
+	if st.Kind() != store.StoreEmbedded {
+		t.Fatalf("Kind() = %q, want %q", st.Kind(), store.StoreEmbedded)
 	}
 	ts := startServer(t, Options{Store: st, AllowInline: true})
 	c := ts.dial(t)
 	waitRedisOK(t, c)
-	if got := c.call(`{"op":"ping"}`); got.Store != StoreEmbedded {
+	if got := c.call(`{"op":"ping"}`); got.Store != store.StoreEmbedded {
 		t.Fatalf("ping = %+v, want store embedded", got)
 	}
 
@@ -194,78 +299,34 @@ func TestEmbeddedStore(t *testing.T) {
 	}
 }
 
-func TestRedactURL(t *testing.T) {
-	for _, tc := range []struct {
-		in, want string
-	}{
-		{"redis://user:secret@host:6379/0", "redis://user:xxxxx@host:6379/0"},
-		{"redis://:secret@host:6379", "redis://:xxxxx@host:6379"},
-		{"rediss://user:secret@host:6380/0?dial_timeout=1s", "rediss://user:xxxxx@host:6380/0?dial_timeout=1s"},
-		{"unix://user:secret@/run/redis.sock?db=1", "unix://user:xxxxx@/run/redis.sock?db=1"},
-		{"redis://user:p%40ss-secret@host", "redis://user:xxxxx@host"},
-		{"redis://host:6379?password=secret&client_name=q", "redis://host:6379?client_name=q&password=xxxxx"},
-		{"redis://host:6379?Password=secret", "redis://host:6379?Password=xxxxx"},
-		{"redis://host:6379?sentinel_pass=secret", "redis://host:6379?sentinel_pass=xxxxx"},
-		{"redis://user@host:6379/1", "redis://user@host:6379/1"},
-		{"redis://host:6379", "redis://host:6379"},
-		{"", ""},
-		// Not parseable: only the scheme is left.
-		{"redis://user:sec%zzret@host", "redis://(unparseable)"},
-		{"redis://user:secret@host:port", "redis://(unparseable)"},
-		{"user:secret@host:6379/0 trailing\x7f", "(unparseable)"},
-		// Without "//" the password is not in the user info.
-		{"redis:user:secret@host", "redis:(opaque)"},
-		{"user:secret@host:6379", "user:(opaque)"},
-	} {
-		got := RedactURL(tc.in)
-		if got != tc.want {
-			t.Errorf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-		if strings.Contains(got, "secret") {
-			t.Errorf("RedactURL(%q) = %q shows the password", tc.in, got)
-		}
-	}
-}
-
-func TestOpenStoreErrorsDoNotShowThePassword(t *testing.T) {
-	for _, u := range []string{
-		"redis://user:secret%zz@host:6379", // a % that is not an escape
-		"redis://user:sec ret@host:6379",
-		"user:secret@host:6379", // the scheme forgotten
-		"redis://user:secret@host:6379/notanumber",
-	} {
-		st, err := OpenStore(StoreOptions{RedisURL: u})
-		if err == nil {
-			st.Close()
-			t.Errorf("OpenStore(%q) succeeded, want a parse error", u)
-			continue
-		}
-		if msg := err.Error(); strings.Contains(msg, "secret") || strings.Contains(msg, "sec ret") || !strings.Contains(msg, "--redis-url") {
-			t.Errorf("OpenStore(%q) = %q: want an error naming --redis-url without the password", u, msg)
-		}
-	}
-}
-
-// An operator alerting on "redis is down" must see it when Redis is already
-// unreachable at start, not only after it was once up.
-func TestRedisDownIsLoggedWhenUnreachableAtStart(t *testing.T) {
-	r := redistest.Start(t)
-	url := r.URL()
-	r.Stop(t)
-
-	core, logs := observer.New(zap.InfoLevel)
-	st, err := OpenStore(StoreOptions{RedisURL: url, Timeout: time.Second, ProbeInterval: 20 * time.Millisecond, Logger: zap.New(core)})
+// procFDs counts this process's open file descriptors.
+func procFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("read /proc/self/fd: %v", err)
 	}
-	t.Cleanup(func() {
-		st.Close()
-		waitDelayedRefreshes(t)
-	})
-	waitFor(t, `a "redis is down" log line`, func() bool {
-		return logs.FilterMessage("redis is down").Len() > 0
-	})
-	if st.Up() {
-		t.Fatal("Up() is true while Redis is unreachable")
+	return len(ents)
+}
+
+// footprint is what an outage must not make grow without bound.
+type footprint struct {
+	goroutines int
+	fds        int
+	heap       uint64 // bytes in use
+}
+
+func measure(t *testing.T) footprint {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return footprint{goroutines: runtime.NumGoroutine(), fds: procFDs(t), heap: ms.HeapInuse}
+}
+
+func redisString(t *testing.T, r *redistest.Server, args ...string) string {
+	t.Helper()
+	s, err := r.Do(t, args...).ToString()
+	if err != nil {
+		t.Fatalf("redis %v: %v", args, err)
 	}
+	return s
 }

@@ -460,3 +460,92 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// ScriptCalls is how many EVAL and EVALSHA calls (the _RO variants too)
+// the server has run since it started or since ResetStats.
+func (s *Server) ScriptCalls(t testing.TB) int64 {
+	t.Helper()
+	info, err := s.Do(t, "INFO", "commandstats").ToString()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\r\n") {
+		if !strings.HasPrefix(line, "cmdstat_eval") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, "calls=")
+		calls, _, _ := strings.Cut(rest, ",")
+		v, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		n += v
+	}
+	return n
+}
+
+// ResetStats resets the server's command statistics (CONFIG RESETSTAT).
+func (s *Server) ResetStats(t testing.TB) {
+	t.Helper()
+	if err := s.Do(t, "CONFIG", "RESETSTAT").Error(); err != nil {
+		t.Fatalf("CONFIG RESETSTAT: %v", err)
+	}
+}
+
+// StartAt runs a fresh redis-server at addr, where a stopped server
+// listened: a Server cannot be started again after Stop, and a test of a
+// client that must find Redis back at the address it was given needs one
+// there. The new server starts empty, like a Redis restarted without
+// persistence, and is killed when the test ends.
+func StartAt(t testing.TB, addr string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("redis-server", "--port", port, "--bind", host, "--dir", t.TempDir(),
+		"--save", "", "--appendonly", "no", "--protected-mode", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case <-exited:
+			t.Fatalf("redis-server at %s exited (the port may have been taken)", addr)
+		default:
+		}
+		if pong(addr) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server at %s did not answer PING", addr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pong reports whether a Redis at addr answers PING.
+func pong(addr string) bool {
+	nc, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(time.Second))
+	if _, err := nc.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, _ := bufio.NewReader(nc).ReadString('\n')
+	return line == "+PONG\r\n"
+}

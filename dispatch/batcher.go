@@ -1,0 +1,142 @@
+package dispatch
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"quotad/luascript"
+)
+
+// batcher sends the decisions of every connection to Redis in shared
+// batches: one ExecMulti carries every call that came while the earlier
+// batches were at Redis, so rueidis writes them together, and Redis reads
+// them with one read. At most batchRunners batches are at Redis at once; a
+// decision that comes while they are joins the next one, which goes as
+// soon as a runner is free. Under load batches grow with the load; alone, a
+// decision goes at once.
+//
+// A decision is never answered later than --redis-timeout after Run: a
+// batch's deadline is its oldest decision's, and a batch whose decisions
+// waited out their deadline, or waited while Redis went down, is answered
+// as not run without being sent.
+type batcher struct {
+	d       *Dispatcher
+	mu      sync.Mutex
+	cond    sync.Cond
+	pending []*Decision
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// batchRunners is how many batches may be at Redis at once. One leaves
+// Redis idle while a batch's replies travel back and the next batch
+// travels there; two keep it busy. More measured the same as two.
+const batchRunners = 2
+
+// maxBatch bounds the decisions of one batch, so that one batch holds
+// Redis (and the replies of its first decisions) only briefly.
+const maxBatch = 64
+
+func (b *batcher) start(d *Dispatcher) {
+	b.d = d
+	b.cond.L = &b.mu
+	for range batchRunners {
+		b.wg.Add(1)
+		go b.run()
+	}
+}
+
+func (b *batcher) submit(dec *Decision) {
+	b.mu.Lock()
+	if b.closed {
+		// The server has stopped: nothing is sent any more.
+		b.mu.Unlock()
+		b.answer([]*Decision{dec}, context.Canceled)
+		return
+	}
+	b.pending = append(b.pending, dec)
+	b.mu.Unlock()
+	b.cond.Signal()
+}
+
+// close ends the runners once every submitted decision is answered.
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cond.Broadcast()
+	b.wg.Wait()
+}
+
+func (b *batcher) run() {
+	defer b.wg.Done()
+	var batch []*Decision
+	var calls []luascript.Call
+	for {
+		b.mu.Lock()
+		for len(b.pending) == 0 && !b.closed {
+			b.cond.Wait()
+		}
+		if len(b.pending) == 0 {
+			b.mu.Unlock()
+			return
+		}
+		n := min(len(b.pending), maxBatch)
+		batch = append(batch[:0], b.pending[:n]...)
+		rest := copy(b.pending, b.pending[n:])
+		clear(b.pending[rest:])
+		b.pending = b.pending[:rest]
+		b.mu.Unlock()
+		calls = b.send(batch, calls[:0])
+		clear(batch)
+		clear(calls)
+	}
+}
+
+// send answers a batch's decisions, and returns calls for reuse.
+func (b *batcher) send(batch []*Decision, calls []luascript.Call) []luascript.Call {
+	d := b.d
+	client, err := d.store.Client()
+	if err != nil {
+		// Redis went down while they waited: as Run would have answered.
+		b.answer(batch, err)
+		return calls
+	}
+	oldest := batch[0].queued
+	waited := time.Since(oldest)
+	if waited >= d.opts.RedisTimeout {
+		// Their time ran out behind earlier batches: not sent, not run.
+		b.answer(batch, ErrWaitedTooLong)
+		return calls
+	}
+	ctx, cancel := context.WithDeadline(d.opts.Context, oldest.Add(d.opts.RedisTimeout))
+	defer cancel()
+	// A call left with less than half the deadline says little about
+	// Redis when it runs out; one with more does.
+	shortened := waited > d.opts.RedisTimeout/2
+	now := time.Now()
+	for _, dec := range batch {
+		dec.sent = now
+		calls = append(calls, dec.call)
+	}
+	d.metrics.batchSize.Observe(float64(len(batch)))
+	client = d.metrics.instrument(client)
+	if len(calls) == 1 {
+		d.complete(batch[0], calls[0].Exec(ctx, client), shortened)
+		return calls
+	}
+	res := luascript.ExecMulti(ctx, client, calls)
+	for i, dec := range batch {
+		d.complete(dec, res[i], shortened)
+	}
+	return calls
+}
+
+// answer answers a batch, unsent, as Redis's failure err says.
+func (b *batcher) answer(batch []*Decision, err error) {
+	for _, dec := range batch {
+		b.d.undecided(dec, err)
+		b.d.finish(dec)
+	}
+}

@@ -1,0 +1,128 @@
+package dispatch
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"quotad/limits"
+	"quotad/policy"
+)
+
+// DefaultLocalDenyEntries bounds the exhausted keys remembered at once
+// (about 150 bytes each with a short key).
+const DefaultLocalDenyEntries = 65_536
+
+// localDeny remembers takes that Redis denied, so that a flood of takes on
+// one exhausted subject is denied here instead of costing Redis one call
+// per take.
+//
+// It only ever answers "denied", and only when Redis would: an algorithm's
+// DeniedFor says how long a denial holds, and from which cost on (a fixed
+// window until it ends, for any cost that exceeds what is left; a token
+// bucket until its retry_after_ms, for the cost denied or more). An entry applies only to takes without a request_id (one
+// with an id may be a replay of an accepted take, which only Redis knows),
+// only under the same limits, and only under the same config: a reload
+// starts afresh. Peeks and releases never look here. An entry's time is
+// counted from before the call that found the denial, so it never outlives
+// what Redis said.
+//
+// What it cannot see is a key deleted behind quotad's back (an operator's
+// DEL or FLUSHALL): such a subject stays denied here until the entry ends.
+type localDeny struct {
+	seed   maphash.Seed
+	shards [16]denyShard
+	max    int // entries per shard
+}
+
+type denyShard struct {
+	mu sync.Mutex
+	m  map[string]denyEntry
+}
+
+type denyEntry struct {
+	cfg   *policy.Config // the config the decision was made under
+	shape limits.Shape
+	need  int64 // the least cost known to be denied until then
+	used  int64
+	reset time.Time // when the key's state ends, for reset_ms
+	until time.Time // monotonic: the denial holds until then
+}
+
+func newLocalDeny(entries int) *localDeny {
+	if entries <= 0 {
+		entries = DefaultLocalDenyEntries
+	}
+	d := &localDeny{seed: maphash.MakeSeed(), max: max(entries/16, 1)}
+	for i := range d.shards {
+		d.shards[i].m = make(map[string]denyEntry)
+	}
+	return d
+}
+
+func (d *localDeny) shard(key string) *denyShard {
+	return &d.shards[maphash.String(d.seed, key)%uint64(len(d.shards))]
+}
+
+// check answers dec, a take without request_id, from memory when its key
+// is known to deny its cost under its config and limits.
+func (d *localDeny) check(dec *Decision, now time.Time) bool {
+	sh := d.shard(dec.key)
+	sh.mu.Lock()
+	e, ok := sh.m[dec.key]
+	if ok && !now.Before(e.until) {
+		delete(sh.m, dec.key)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if !ok || e.cfg != dec.cfg || e.shape != dec.limit.Shape || dec.req.Cost < e.need {
+		return false
+	}
+	o := &dec.Out
+	o.Allowed, o.Local, o.Used, o.Remaining = false, true, e.used, max(o.Limit-e.used, 0)
+	// Rounded up, so that a client that waits retry_after_ms finds room.
+	o.RetryAfterMS = ms(e.until.Sub(now))
+	o.ResetMS = max(ms(e.reset.Sub(now)), o.RetryAfterMS)
+	return true
+}
+
+// record notes Redis's answer to a take sent at dec.sent, before shadow
+// mode: a denial that holds for hold, for costs of at least need, is
+// remembered; an acceptance forgets the key, whose remembered state is now
+// behind.
+func (d *localDeny) record(dec *Decision, hold time.Duration, need int64) {
+	sh := d.shard(dec.key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o := &dec.Out
+	if o.Allowed || hold <= 0 {
+		delete(sh.m, dec.key)
+		return
+	}
+	if _, ok := sh.m[dec.key]; !ok && len(sh.m) >= d.max {
+		sh.evict(time.Now(), d.max)
+	}
+	sh.m[dec.key] = denyEntry{
+		cfg: dec.cfg, shape: dec.limit.Shape, need: need, used: o.Used,
+		reset: dec.sent.Add(time.Duration(o.ResetMS) * time.Millisecond), until: dec.sent.Add(hold),
+	}
+}
+
+// evict makes room: ended entries first, else an arbitrary quarter, so
+// memory stays bounded whatever the subjects.
+func (sh *denyShard) evict(now time.Time, limit int) {
+	for k, e := range sh.m {
+		if !now.Before(e.until) {
+			delete(sh.m, k)
+		}
+	}
+	if n := len(sh.m); n >= limit {
+		drop := max(n/4, 1)
+		for k := range sh.m {
+			delete(sh.m, k)
+			if drop--; drop == 0 {
+				break
+			}
+		}
+	}
+}

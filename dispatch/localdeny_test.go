@@ -1,0 +1,67 @@
+package dispatch
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"quotad/limits"
+	"quotad/policy"
+	"quotad/protocol"
+)
+
+func TestLocalDenyMemoryIsBounded(t *testing.T) {
+	d := newLocalDeny(64)
+	cfg := &policy.Config{}
+	now := time.Now()
+	denial := func(key string, allowed bool, resetMS int64) *Decision {
+		dec := &Decision{
+			req: &protocol.Request{Op: protocol.OpTake, Cost: 1}, key: key, cfg: cfg, sent: now,
+			limit: Limit{Algorithm: fixedWindow{}, Shape: limits.Window{Limit: 1, WindowMS: 60000}},
+			Out:   Outcome{Op: protocol.OpTake, Limit: 1, Used: 1, Allowed: allowed, ResetMS: resetMS},
+		}
+		return dec
+	}
+	record := func(dec *Decision) {
+		hold, need := fixedWindow{}.DeniedFor(&dec.Out, dec.req.Cost)
+		d.record(dec, hold, need)
+	}
+	size := func() int {
+		n := 0
+		for i := range d.shards {
+			n += len(d.shards[i].m)
+		}
+		return n
+	}
+	for i := range 10_000 {
+		record(denial("k"+strconv.Itoa(i), false, 60000))
+	}
+	if n := size(); n > 64 {
+		t.Fatalf("%d entries after 10000 denials, want at most 64", n)
+	}
+	// The newest is remembered and answers; an acceptance forgets it.
+	if !d.check(denial("k9999", false, 0), now) {
+		t.Fatal("the latest denial was forgotten")
+	}
+	record(denial("k9999", true, 60000))
+	if d.check(denial("k9999", false, 0), now) {
+		t.Fatal("a denial was remembered past an acceptance")
+	}
+	// An ended window answers nothing and is dropped.
+	record(denial("old", false, 10))
+	if d.check(denial("old", false, 0), now.Add(10*time.Millisecond)) {
+		t.Fatal("a window was denied locally after its end")
+	}
+	// Another shape, another config: not the same limits.
+	record(denial("shape", false, 60000))
+	other := denial("shape", false, 0)
+	other.limit.Shape = limits.Window{Limit: 2, WindowMS: 60000}
+	if d.check(other, now) {
+		t.Fatal("a denial answered a take under other limits")
+	}
+	other = denial("shape", false, 0)
+	other.cfg = &policy.Config{}
+	if d.check(other, now) {
+		t.Fatal("a denial answered a take under a reloaded config")
+	}
+}

@@ -1,0 +1,261 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"quotad/protocol"
+)
+
+// Decision log levels (--log-decisions).
+const (
+	LogDecisionsNone   = "none"
+	LogDecisionsDenied = "denied"
+	LogDecisionsAll    = "all"
+)
+
+// CheckLogDecisions validates a --log-decisions value.
+func CheckLogDecisions(v string) error {
+	switch v {
+	case "", LogDecisionsNone, LogDecisionsDenied, LogDecisionsAll:
+		return nil
+	}
+	return fmt.Errorf("--log-decisions %q: want none, denied or all", v)
+}
+
+// Log keys of the dispatcher's lines, documented in the README.
+const (
+	keyOp          = "op"
+	keyAlgorithm   = "algorithm"
+	keyPolicy      = "policy"
+	keySubject     = "subject"
+	keyCost        = "cost"
+	keyVerdict     = "verdict"
+	keyLimit       = "limit"
+	keyUsed        = "used"
+	keyRemaining   = "remaining"
+	keyRequestID   = "request_id"
+	keyLatencyUS   = "latency_us"
+	keyKey         = "key"
+	keyHealedTotal = "healed_total"
+)
+
+// decisionSampling bounds the decision log: in each second, the first
+// `first` lines are written and then one in `thereafter`, so a flood of
+// denials cannot drown the node's log pipeline. The metrics count every
+// decision.
+var decisionSampling = struct{ first, thereafter int }{first: 100, thereafter: 100}
+
+// metrics are the dispatcher's Prometheus collectors, registered on the
+// server's registry. No subject is ever a label value.
+type metrics struct {
+	d             *Dispatcher
+	decisions     *prometheus.CounterVec
+	requests      *prometheus.CounterVec
+	localDenials  prometheus.Counter
+	duration      *prometheus.HistogramVec
+	redisDuration prometheus.Histogram
+	batchSize     prometheus.Histogram
+	redisErrors   *prometheus.CounterVec
+	inflight      prometheus.Gauge
+	logDropped    prometheus.Counter
+
+	// decisionLog is nil when decisions are not logged; logAll logs allowed
+	// takes and errors too, not only denials.
+	decisionLog *zap.Logger
+	logAll      bool
+
+	client atomic.Pointer[timedClient]
+}
+
+func newMetrics(d *Dispatcher, opts Options) *metrics {
+	m := &metrics{d: d}
+	latency := prometheus.ExponentialBuckets(0.0001, 2, 15) // 100µs to 1.6s
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotad_decisions_total",
+		Help: "Takes by policy (\"\" for inline limits), algorithm and result: allowed, denied, replay, degraded, shadow_allowed, shadow_denied, or the error code.",
+	}, []string{"policy", "algorithm", "result"})
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotad_requests_total",
+		Help: "Requests by op and result: a take's as in quotad_decisions_total, ok for a peek or ping, released or not_held for a release, or the error code.",
+	}, []string{"op", "result"})
+	m.localDenials = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "quotad_local_denials_total",
+		Help: "Takes denied by the sidecar from an earlier answer of Redis, without a Redis call.",
+	})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "quotad_request_duration_seconds",
+		Help:    "Time from a decoded request to its reply, by op.",
+		Buckets: latency,
+	}, []string{"op"})
+	m.redisDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "quotad_redis_call_duration_seconds",
+		Help:    "Time of each Redis command the requests send (EVALSHA, and EVAL when a script was missing).",
+		Buckets: latency,
+	})
+	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "quotad_redis_batch_requests",
+		Help:    "Decisions sent to Redis together, per batch: those that came while earlier batches were at Redis.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 9), // 1 to 256
+	})
+	m.redisErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotad_redis_errors_total",
+		Help: "Redis commands that failed, by kind: timeout, connection, refused (LOADING, READONLY, OOM and the like).",
+	}, []string{"kind"})
+	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "quotad_inflight_requests",
+		Help: "Requests being answered now.",
+	})
+	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "quotad_decision_log_dropped_total",
+		Help: "Decision log lines the sampler dropped.",
+	})
+	if opts.Registry != nil {
+		opts.Registry.MustRegister(m.decisions, m.requests, m.localDenials, m.duration, m.redisDuration, m.batchSize,
+			m.redisErrors, m.inflight, m.logDropped,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "quotad_healed_keys_total",
+				Help: "Quota keys found without a TTL and given one back.",
+			}, func() float64 { return float64(d.Healed()) }))
+	}
+	// Series that exist from the start, so a dashboard shows 0, not nothing.
+	for _, k := range []string{"timeout", "connection", "refused"} {
+		m.redisErrors.WithLabelValues(k)
+	}
+	if opts.LogDecisions == LogDecisionsDenied || opts.LogDecisions == LogDecisionsAll {
+		m.logAll = opts.LogDecisions == LogDecisionsAll
+		hook := zapcore.SamplerHook(func(_ zapcore.Entry, s zapcore.SamplingDecision) {
+			if s&zapcore.LogDropped != 0 {
+				m.logDropped.Inc()
+			}
+		})
+		m.decisionLog = opts.Logger.Named("decision").WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+			return zapcore.NewSamplerWithOptions(c, time.Second, decisionSampling.first, decisionSampling.thereafter, hook)
+		}))
+	}
+	return m
+}
+
+// observe records a finished decision: its latency, its result, and for a
+// take its decision log line.
+func (m *metrics) observe(dec *Decision) {
+	m.inflight.Dec()
+	elapsed := time.Since(dec.start)
+	o := &dec.Out
+	op := o.Op.String()
+	result := o.Result()
+	m.duration.WithLabelValues(op).Observe(elapsed.Seconds())
+	m.requests.WithLabelValues(op, result).Inc()
+	if o.Op != protocol.OpTake {
+		return
+	}
+	// Only configured policy names become label values: a client naming
+	// policies at random must not create series.
+	policy := ""
+	if p := dec.req.Policy; p != "" {
+		if _, known := dec.cfg.Policies[p]; known {
+			policy = p
+		}
+	}
+	m.decisions.WithLabelValues(policy, o.Algorithm, result).Inc()
+	if m.decisionLog == nil || !m.logAll && !o.Denied() {
+		return
+	}
+	req := dec.req
+	fields := []zap.Field{
+		zap.String(keyOp, op),
+		zap.String(keyAlgorithm, o.Algorithm),
+		zap.String(keyPolicy, req.Policy),
+		zap.String(keySubject, req.Subject),
+		zap.Int64(keyCost, req.Cost),
+		zap.String(keyVerdict, result),
+	}
+	if !o.Failed() {
+		fields = append(fields, zap.Int64(keyLimit, o.Limit), zap.Int64(keyUsed, o.Used), zap.Int64(keyRemaining, o.Remaining))
+	}
+	if req.RequestID != "" {
+		fields = append(fields, zap.String(keyRequestID, req.RequestID))
+	}
+	fields = append(fields, zap.Int64(keyLatencyUS, elapsed.Microseconds()))
+	m.decisionLog.Info("decision", fields...)
+}
+
+// ObservePing counts a ping answered by the server, which started at start.
+func (d *Dispatcher) ObservePing(start time.Time) {
+	d.metrics.duration.WithLabelValues(protocol.OpPing.String()).Observe(time.Since(start).Seconds())
+	d.metrics.requests.WithLabelValues(protocol.OpPing.String(), ResultOK).Inc()
+}
+
+// instrument wraps the store's client so that every Redis command a
+// decision sends is timed and its failures counted. The wrapper is reused
+// while the store's client stays the same.
+func (m *metrics) instrument(c rueidis.Client) rueidis.Client {
+	if w := m.client.Load(); w != nil && w.Client == c {
+		return w
+	}
+	w := &timedClient{Client: c, m: m}
+	m.client.Store(w)
+	return w
+}
+
+// timedClient is a rueidis.Client that observes Do and DoMulti; every other
+// method goes to the wrapped client untouched.
+type timedClient struct {
+	rueidis.Client
+	m *metrics
+}
+
+func (c *timedClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	start := time.Now()
+	res := c.Client.Do(ctx, cmd)
+	c.m.redisCall(start, res.Error())
+	return res
+}
+
+func (c *timedClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	start := time.Now()
+	res := c.Client.DoMulti(ctx, cmds...)
+	for _, r := range res {
+		c.m.redisCall(start, r.Error())
+	}
+	return res
+}
+
+func (m *metrics) redisCall(start time.Time, err error) {
+	m.redisDuration.Observe(time.Since(start).Seconds())
+	if kind := redisErrorKind(err); kind != "" {
+		m.redisErrors.WithLabelValues(kind).Inc()
+	}
+}
+
+// redisErrorKind names a failed command for quotad_redis_errors_total, or
+// "" when Redis answered: a script's own refusal (CONFLICT, POLICY...),
+// WRONGTYPE and NOSCRIPT are answers, and a caller that gave up says nothing
+// about Redis.
+func redisErrorKind(err error) string {
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return ""
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		msg := re.Error()
+		for _, p := range transientReplies {
+			if strings.HasPrefix(msg, p) {
+				return "refused"
+			}
+		}
+		return ""
+	}
+	return "connection"
+}

@@ -1,0 +1,122 @@
+package policy
+
+import (
+	"strconv"
+	"time"
+
+	"quotad/luascript"
+	"quotad/protocol"
+)
+
+// Algorithms beside AlgorithmFixedWindow. A policy whose algorithm changes
+// counts on new keys (each algorithm has its own key prefix), so its
+// subjects start fresh; no algorithm ever reads another's state.
+const (
+	AlgorithmTokenBucket = protocol.AlgorithmTokenBucket
+	AlgorithmConcurrency = protocol.AlgorithmConcurrency
+)
+
+// foreignFields refuses a field that belongs to another algorithm, so a
+// policy never silently ignores what its author meant to set. Names a known
+// algorithm only; an unknown one is reported by the caller.
+func foreignFields(algo string, fp filePolicy, fail func(field, msg string) error) error {
+	given := map[string]bool{
+		"limit":           !fp.Limit.IsZero(),
+		"window":          fp.Window != "",
+		"max_request_ids": !fp.MaxRequestIDs.IsZero(),
+		"rate":            !fp.Rate.IsZero(),
+		"period":          fp.Period != "",
+		"burst":           !fp.Burst.IsZero(),
+		"dedupe":          fp.Dedupe != "",
+		"lease":           fp.Lease != "",
+	}
+	var own []string
+	switch algo {
+	case AlgorithmFixedWindow:
+		own = []string{"limit", "window", "max_request_ids"}
+	case AlgorithmTokenBucket:
+		own = []string{"rate", "period", "burst", "dedupe", "max_request_ids"}
+	case AlgorithmConcurrency:
+		own = []string{"limit", "lease"}
+	default:
+		return nil
+	}
+	for _, f := range own {
+		delete(given, f)
+	}
+	for _, f := range []string{"limit", "window", "max_request_ids", "rate", "period", "burst", "dedupe", "lease"} {
+		if given[f] {
+			return fail(f, "is not a field of "+algo)
+		}
+	}
+	return nil
+}
+
+// durationMS parses a Go duration of whole milliseconds from 1ms to 31 days.
+func durationMS(s string) (int64, bool) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d%time.Millisecond != 0 || d < time.Millisecond || d > protocol.MaxWindowMS*time.Millisecond {
+		return 0, false
+	}
+	return d.Milliseconds(), true
+}
+
+func buildTokenBucket(p *Policy, fp filePolicy, fail func(field, msg string) error) (*Policy, error) {
+	if fp.Rate.IsZero() {
+		return nil, fail("rate", "is required (tokens per period)")
+	}
+	rate, ok := intField(fp.Rate)
+	if !ok || rate < 1 || rate > protocol.MaxLimit {
+		return nil, fail("rate", "must be an integer from 1 to 1000000000, got "+quote(fp.Rate.Value))
+	}
+	if fp.Period == "" {
+		return nil, fail("period", "is required (a duration such as 1s, 1m, 1h)")
+	}
+	period, ok := durationMS(fp.Period)
+	if !ok {
+		return nil, fail("period", "must be whole milliseconds from 1ms to 744h (31 days), got "+quote(fp.Period))
+	}
+	burst := rate
+	if !fp.Burst.IsZero() {
+		if burst, ok = intField(fp.Burst); !ok || burst < 1 || burst > protocol.MaxLimit {
+			return nil, fail("burst", "must be an integer from 1 to 1000000000, got "+quote(fp.Burst.Value))
+		}
+	}
+	if err := protocol.ValidTokenBucket(rate, period, burst); err != nil {
+		return nil, fail("burst", "burst * period / rate, the time to refill from empty, must be at most 744h (31 days)")
+	}
+	p.Rate, p.PeriodMS, p.Burst, p.Limit = rate, period, burst, burst
+	p.DedupeMS = luascript.TokenBucket{Rate: rate, PeriodMS: period, Burst: burst}.RefillMS()
+	if fp.Dedupe != "" {
+		if p.DedupeMS, ok = durationMS(fp.Dedupe); !ok {
+			return nil, fail("dedupe", "must be whole milliseconds from 1ms to 744h (31 days), got "+quote(fp.Dedupe))
+		}
+	}
+	if !fp.MaxRequestIDs.IsZero() {
+		n, ok := intField(fp.MaxRequestIDs)
+		if !ok || n < 1 || n > maxMaxRequestIDs {
+			return nil, fail("max_request_ids", "must be an integer from 1 to 1000000, got "+quote(fp.MaxRequestIDs.Value))
+		}
+		p.MaxRequestIDs = n
+	}
+	return p, nil
+}
+
+func buildConcurrency(p *Policy, fp filePolicy, fail func(field, msg string) error) (*Policy, error) {
+	if fp.Limit.IsZero() {
+		return nil, fail("limit", "is required (leases held at once)")
+	}
+	limit, ok := intField(fp.Limit)
+	if !ok || limit < 1 || limit > protocol.MaxLeases {
+		return nil, fail("limit", "must be an integer from 1 to "+strconv.Itoa(protocol.MaxLeases)+", got "+quote(fp.Limit.Value))
+	}
+	if fp.Lease == "" {
+		return nil, fail("lease", "is required (a duration such as 30s)")
+	}
+	lease, ok := durationMS(fp.Lease)
+	if !ok {
+		return nil, fail("lease", "must be whole milliseconds from 1ms to 744h (31 days), got "+quote(fp.Lease))
+	}
+	p.Limit, p.LeaseMS, p.MaxRequestIDs = limit, lease, 0
+	return p, nil
+}

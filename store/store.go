@@ -1,0 +1,343 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+
+	"quotad/rawio"
+)
+
+// Store kinds reported by ping.
+const (
+	StoreRedis    = "redis"
+	StoreEmbedded = "embedded"
+)
+
+// Store is the Redis the sidecar decides against: one rueidis client for the
+// whole process (auto-pipelining multiplexes every socket client over a few
+// connections), or an in-process store for trying quotad on a bare machine.
+//
+// When Redis cannot be reached at start the store keeps connecting in the
+// background; until then every call fails fast with ErrNotConnected.
+//
+// The health state is the circuit breaker: once a call or a probe finds
+// Redis unreachable or too slow, the breaker is open and Client fails fast
+// with ErrBreakerOpen, so callers are answered at once instead of each
+// waiting out the timeout. Only the background probe closes it (see damper).
+type Store struct {
+	kind   string
+	log    *zap.Logger
+	client atomic.Pointer[rueidis.Client]
+	health atomic.Int32 // healthUnknown until the first answer or failure
+	embed  *miniredis.Miniredis
+	damper damper // when the breaker may close again
+	// lastErr is why Redis was last found down, for ping and for replies
+	// while there is no connection; nil while Redis is up.
+	lastErr atomic.Pointer[error]
+
+	timeout time.Duration
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// Redis health as the store last saw it. Unknown is a state of its own so
+// that the first failure at start is logged as "redis is down" too.
+const (
+	healthUnknown int32 = iota
+	healthUp
+	healthDown
+)
+
+// DefaultRedisTimeout bounds every Redis call and probe unless configured.
+const DefaultRedisTimeout = time.Second
+
+// Log keys of the store's lines.
+const (
+	keyCloseProbes = "close_probes"
+	keyBackoff     = "backoff"
+)
+
+// ErrNotConnected is returned while the store has no Redis connection yet.
+var ErrNotConnected = errors.New("not connected to redis")
+
+// StoreOptions configures OpenStore.
+type StoreOptions struct {
+	// RedisURL in rueidis syntax (redis://, rediss://, unix://, addr=,
+	// master_set=). Empty means the embedded store.
+	RedisURL string
+	// Timeout bounds every probe; calls get their own deadlines. Zero means
+	// DefaultRedisTimeout.
+	Timeout time.Duration
+	// ProbeInterval is how often Redis is pinged to report health. Zero means
+	// once a second.
+	ProbeInterval time.Duration
+	// Logger may be nil for no logs.
+	Logger *zap.Logger
+	// CAFile is a PEM file of the CAs that sign Redis's TLS certificate
+	// (rediss:// only); empty means the system's.
+	CAFile string
+	// Password and PasswordFile are other sources of the Redis password than
+	// the URL; at most one source may be used. The file is read once, here,
+	// and a trailing newline is dropped.
+	Password     string
+	PasswordFile string
+	// FlushDelay is rueidis's MaxFlushDelay: how long a connection's writer
+	// waits after a write for more commands to send in the next one. Zero
+	// writes at once.
+	FlushDelay time.Duration
+}
+
+// OpenStore parses the URL and starts connecting. A malformed URL is an
+// error now; an unreachable Redis is not (the sidecar serves UNAVAILABLE and
+// recovers by itself when Redis comes up).
+func OpenStore(opts StoreOptions) (*Store, error) {
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = time.Second
+	}
+	if opts.Timeout <= 0 {
+		// A zero probe deadline would expire at once and report Redis down.
+		opts.Timeout = DefaultRedisTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{log: opts.Logger.Named("store"), timeout: opts.Timeout, stop: cancel}
+	s.damper.every = opts.ProbeInterval
+	var copt rueidis.ClientOption
+	if opts.RedisURL == "" {
+		s.kind = StoreEmbedded
+		s.embed = miniredis.NewMiniRedis()
+		s.embed.ClockTTL(true) // TTLs follow the wall clock, like a real Redis
+		if err := s.embed.StartAddr("127.0.0.1:0"); err != nil {
+			cancel()
+			return nil, fmt.Errorf("start embedded store: %w", err)
+		}
+		// The embedded store has no client-side caching support.
+		copt = rueidis.ClientOption{InitAddress: []string{s.embed.Addr()}, DisableCache: true}
+	} else {
+		s.kind = StoreRedis
+		var err error
+		copt, err = redisClientOption(opts)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		// Decisions are scripts, never cached reads.
+		copt.DisableCache = true
+	}
+	// Queue every command, even on an idle connection. Otherwise rueidis
+	// runs a lone call with a deadline synchronously, where only the
+	// deadline ends it: Shutdown's cancellation would not reach it, and a
+	// timed-out call would close the connection.
+	copt.AlwaysPipelining = true
+	// rueidis closes a connection whose replies are this late; keep that
+	// above the call deadline so --redis-timeout decides, not rueidis.
+	copt.ConnWriteTimeout = max(10*time.Second, 2*opts.Timeout)
+	copt.MaxFlushDelay = opts.FlushDelay
+	copt.DialCtxFn = rawio.Dialer(copt.DialCtxFn)
+	s.wg.Add(1)
+	go s.run(ctx, copt, opts.ProbeInterval)
+	return s, nil
+}
+
+// Kind is StoreRedis or StoreEmbedded.
+func (s *Store) Kind() string { return s.kind }
+
+// Up reports whether Redis answered the last call or probe. It is false
+// while the breaker is open.
+func (s *Store) Up() bool { return s.health.Load() == healthUp }
+
+// ProbeInterval is how often the background probe pings Redis.
+func (s *Store) ProbeInterval() time.Duration { return s.damper.every }
+
+// Client returns the rueidis client; ErrNotConnected before the first
+// connection, ErrBreakerOpen while Redis is down.
+func (s *Store) Client() (rueidis.Client, error) {
+	c := s.client.Load()
+	if c == nil {
+		if err := s.LastError(); err != nil {
+			// %v, not %w: the cause must not look like this call's own
+			// timeout, which would make its outcome unknown; it was not run.
+			return nil, fmt.Errorf("%w: %v", ErrNotConnected, err)
+		}
+		return nil, ErrNotConnected
+	}
+	if s.health.Load() == healthDown {
+		return nil, ErrBreakerOpen
+	}
+	return *c, nil
+}
+
+// Observe records the outcome of a call: an answer from Redis (even an error
+// reply) means it is up; a transport error or timeout means it is not.
+func (s *Store) Observe(err error) {
+	if err == nil || isRedisReply(err) {
+		s.setUp(true, false, nil)
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return // the caller gave up; says nothing about Redis
+	}
+	s.setUp(false, false, err)
+}
+
+// setUp moves the health to up or down. Only the probe closes an open
+// breaker: a call that started before it opened and was answered late does
+// not, so that the damping of a flapping Redis holds.
+func (s *Store) setUp(up, probe bool, err error) {
+	next := healthDown
+	if up {
+		next = healthUp
+	} else {
+		s.noteErr(false, err)
+	}
+	// Every call reports here: read first, so the steady state costs no
+	// write to a cache line all request goroutines share.
+	if s.health.Load() == next {
+		return
+	}
+	// The damper's lock makes opening and its bookkeeping one step, so a
+	// probe never counts toward closing a breaker whose damping is not set,
+	// and a late answer never closes a breaker that opened meanwhile.
+	s.damper.mu.Lock()
+	if up && !probe && s.health.Load() == healthDown {
+		s.damper.mu.Unlock()
+		return
+	}
+	prev := s.health.Swap(next)
+	if prev != next && !up {
+		s.damper.openedLocked(time.Now(), prev == healthUp)
+	}
+	need := max(s.damper.need, 1)
+	s.damper.mu.Unlock()
+	if prev == next {
+		return
+	}
+	if up {
+		s.noteErr(true, nil)
+		s.log.Info("redis is up")
+	} else {
+		s.log.Warn("redis is down", zap.Error(err), zap.Int(keyCloseProbes, need))
+	}
+}
+
+// run connects (retrying with backoff) and then probes Redis periodically so
+// that ping and the logs reflect its health even when no request comes in.
+func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.Duration) {
+	defer s.wg.Done()
+	backoff := 100 * time.Millisecond
+	for s.client.Load() == nil {
+		c, err := rueidis.NewClient(copt)
+		if err == nil {
+			s.client.Store(&c)
+			break
+		}
+		err = describeRedisErr(err)
+		s.setUp(false, false, err)
+		s.log.Warn("cannot connect to redis, retrying", zap.Error(err), zap.Duration(keyBackoff, backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		s.probe(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Store) probe(ctx context.Context) {
+	cp := s.client.Load()
+	if cp == nil {
+		return
+	}
+	c := *cp
+	pctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	err := c.Do(pctx, c.B().Ping().Build()).Error()
+	if ctx.Err() != nil {
+		return
+	}
+	s.probed(err)
+}
+
+// probed feeds a probe's outcome to the breaker: a failure opens it (or
+// keeps it open); while it is open, a success closes it once the damper
+// has seen enough successes in a row.
+func (s *Store) probed(err error) {
+	if err != nil && !isRedisReply(err) {
+		s.damper.probeFailed()
+		s.setUp(false, true, err)
+		return
+	}
+	if s.health.Load() == healthDown && !s.damper.probeOK(time.Now()) {
+		return
+	}
+	s.setUp(true, true, nil)
+}
+
+// Close stops probing and closes the client and the embedded store.
+func (s *Store) Close() {
+	s.stop()
+	s.wg.Wait()
+	if c := s.client.Load(); c != nil {
+		(*c).Close()
+	}
+	if s.embed != nil {
+		s.embed.Close()
+	}
+}
+
+// isRedisReply reports whether err is an error reply from Redis itself, as
+// opposed to a transport failure.
+func isRedisReply(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re)
+}
+
+// RedactURL hides the password of a Redis URL for logs and errors.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// Not parseable: show only the scheme so nothing secret leaks.
+		if i := strings.Index(raw, "://"); i > 0 {
+			return raw[:i] + "://(unparseable)"
+		}
+		return "(unparseable)"
+	}
+	if u.Opaque != "" {
+		// "redis:user:secret@host" or "user:secret@host:6379" (no "//"):
+		// whatever follows the first colon may hold the password.
+		return u.Scheme + ":(opaque)"
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	q := u.Query()
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "pass") {
+			q.Set(k, "xxxxx")
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}

@@ -1,0 +1,88 @@
+package store
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"quotad/integration/redistest"
+)
+
+func TestRedactURL(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+	}{
+		{"redis://user:secret@host:6379/0", "redis://user:xxxxx@host:6379/0"},
+		{"redis://:secret@host:6379", "redis://:xxxxx@host:6379"},
+		{"rediss://user:secret@host:6380/0?dial_timeout=1s", "rediss://user:xxxxx@host:6380/0?dial_timeout=1s"},
+		{"unix://user:secret@/run/redis.sock?db=1", "unix://user:xxxxx@/run/redis.sock?db=1"},
+		{"redis://user:p%40ss-secret@host", "redis://user:xxxxx@host"},
+		{"redis://host:6379?password=secret&client_name=q", "redis://host:6379?client_name=q&password=xxxxx"},
+		{"redis://host:6379?Password=secret", "redis://host:6379?Password=xxxxx"},
+		{"redis://host:6379?sentinel_pass=secret", "redis://host:6379?sentinel_pass=xxxxx"},
+		{"redis://user@host:6379/1", "redis://user@host:6379/1"},
+		{"redis://host:6379", "redis://host:6379"},
+		{"", ""},
+		// Not parseable: only the scheme is left.
+		{"redis://user:sec%zzret@host", "redis://(unparseable)"},
+		{"redis://user:secret@host:port", "redis://(unparseable)"},
+		{"user:secret@host:6379/0 trailing\x7f", "(unparseable)"},
+		// Without "//" the password is not in the user info.
+		{"redis:user:secret@host", "redis:(opaque)"},
+		{"user:secret@host:6379", "user:(opaque)"},
+	} {
+		got := RedactURL(tc.in)
+		if got != tc.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if strings.Contains(got, "secret") {
+			t.Errorf("RedactURL(%q) = %q shows the password", tc.in, got)
+		}
+	}
+}
+
+func TestOpenStoreErrorsDoNotShowThePassword(t *testing.T) {
+	for _, u := range []string{
+		"redis://user:secret%zz@host:6379", // a % that is not an escape
+		"redis://user:sec ret@host:6379",
+		"user:secret@host:6379", // the scheme forgotten
+		"redis://user:secret@host:6379/notanumber",
+	} {
+		st, err := OpenStore(StoreOptions{RedisURL: u})
+		if err == nil {
+			st.Close()
+			t.Errorf("OpenStore(%q) succeeded, want a parse error", u)
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, "secret") || strings.Contains(msg, "sec ret") || !strings.Contains(msg, "--redis-url") {
+			t.Errorf("OpenStore(%q) = %q: want an error naming --redis-url without the password", u, msg)
+		}
+	}
+}
+
+// An operator alerting on "redis is down" must see it when Redis is already
+// unreachable at start, not only after it was once up.
+func TestRedisDownIsLoggedWhenUnreachableAtStart(t *testing.T) {
+	r := redistest.Start(t)
+	url := r.URL()
+	r.Stop(t)
+
+	core, logs := observer.New(zap.InfoLevel)
+	st, err := OpenStore(StoreOptions{RedisURL: url, Timeout: time.Second, ProbeInterval: 20 * time.Millisecond, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		st.Close()
+		redistest.WaitDelayedRefreshes(t)
+	})
+	waitFor(t, `a "redis is down" log line`, func() bool {
+		return logs.FilterMessage("redis is down").Len() > 0
+	})
+	if st.Up() {
+		t.Fatal("Up() is true while Redis is unreachable")
+	}
+}

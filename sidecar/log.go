@@ -3,6 +3,7 @@ package sidecar
 import (
 	"fmt"
 	"runtime"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -41,7 +42,13 @@ const (
 	keyUsed      = "used"
 	keyRequestID = "request_id"
 	keyLatency   = "latency"
+	// keyLatencyUS is the decision log's latency in whole microseconds, an
+	// integer that jq and log pipelines compare without parsing a unit.
+	keyLatencyUS = "latency_us"
 )
+
+// latencyField is a decision's latency under keyLatencyUS.
+func latencyField(d time.Duration) zap.Field { return zap.Int64(keyLatencyUS, d.Microseconds()) }
 
 // NewLogger builds the process logger: level is debug, info, warn or error;
 // format is json (for machines) or console (for people at a terminal).
@@ -62,10 +69,7 @@ func NewLogger(level, format string) (*zap.Logger, error) {
 		return nil, fmt.Errorf("--log-format %q: want json or console", format)
 	}
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	cfg.EncoderConfig.TimeKey = "ts"
-	// "1.5s" rather than 1.5: the unit travels with the value.
-	cfg.EncoderConfig.EncodeDuration = zapcore.StringDurationEncoder
+	cfg.EncoderConfig = encoderConfig(format)
 	cfg.DisableStacktrace = true
 	cfg.Sampling = nil
 	l, err := cfg.Build()
@@ -73,6 +77,29 @@ func NewLogger(level, format string) (*zap.Logger, error) {
 		return nil, fmt.Errorf("build logger: %w", err)
 	}
 	return l, nil
+}
+
+// encoderConfig is how lines of a format are written. A duration is a
+// number of seconds in JSON, for machines (1.5, not "1.5s"), and a Go
+// duration string on the console, for people.
+func encoderConfig(format string) zapcore.EncoderConfig {
+	ec := zap.NewProductionEncoderConfig()
+	ec.EncodeDuration = zapcore.SecondsDurationEncoder
+	if format == "console" {
+		ec = zap.NewDevelopmentEncoderConfig()
+		ec.EncodeDuration = zapcore.StringDurationEncoder
+	}
+	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	ec.TimeKey = "ts"
+	return ec
+}
+
+// warnNoPolicies warns, at start and on every reload, of a policy file
+// that defines no policy.
+func warnNoPolicies(log *zap.Logger, path string, cfg *Config) {
+	if path != "" && len(cfg.Policies) == 0 {
+		log.Warn(NoPoliciesWarning, zap.String(keyConfig, path))
+	}
 }
 
 // StartInfo is what the start-up log line reports beyond the server's own
@@ -103,6 +130,7 @@ func (s *Server) LogStart(info StartInfo) {
 		zap.Int(keyInflight, s.opts.MaxInflightPerConn),
 		zap.Int(keyProcs, runtime.GOMAXPROCS(0)),
 	)
+	warnNoPolicies(s.log, info.ConfigPath, s.Config())
 }
 
 // LogShutdown, LogForcedExit, LogShutdownTimeout and LogStopped report the

@@ -81,4 +81,5 @@ func (r *Reloader) load(forced bool) {
 	r.Server.SetConfig(cfg)
 	r.Server.countReload(nil)
 	r.Logger.Info("config reloaded", zap.String(keyConfig, r.Path), zap.Strings(keyPolicies, cfg.Names()))
+	warnNoPolicies(r.Logger, r.Path, cfg)
 }

@@ -147,15 +147,16 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, ConfigErrors{{Line: root.Line, Msg: "the file must be a mapping with a policies: key"}}
 	}
 	var policies *yaml.Node
+	policiesLine := 0
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		switch {
 		case k.Value != "policies":
 			errs = append(errs, &ConfigError{Line: k.Line, Msg: "unknown top-level key " + quote(k.Value) + didYouMean(k.Value, topLevelKeys)})
 		case policies != nil:
-			errs = append(errs, &ConfigError{Line: k.Line, Msg: "policies: given twice (first at line " + strconv.Itoa(policies.Line) + ")"})
+			errs = append(errs, &ConfigError{Line: k.Line, Msg: "policies: given twice (first at line " + strconv.Itoa(policiesLine) + ")"})
 		default:
-			policies = v
+			policies, policiesLine = resolveAlias(v), k.Line
 		}
 	}
 	if policies != nil && !isNull(policies) && policies.Kind != yaml.MappingNode {

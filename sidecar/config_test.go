@@ -157,6 +157,8 @@ func TestParseConfigMessages(t *testing.T) {
 			`line 5: policy "api": defined twice (first at line 2)`},
 		{"policies:\n  api: 5\n",
 			`line 2: policy "api": must be a mapping of fields such as limit: and window:`},
+		{"policies:\n  api:\n    limit: 5\n    window: 1m\npolicies:\n  b:\n    limit: 1\n    window: 1m\n",
+			`line 5: policies: given twice (first at line 1)`},
 		{"policies: [api]\n",
 			`line 1: policies: must be a mapping of policy names to policies`},
 		{"- api\n",

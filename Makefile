@@ -2,7 +2,8 @@
 SHELL      := /bin/bash
 GO         ?= go
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS    := -s -w -X main.version=$(VERSION)
+COMMIT     ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+LDFLAGS    := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN        := bin/quotad
 SOCKET     ?= ./quotad.sock
 FUZZTIME   ?= 200000x

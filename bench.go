@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"quotad/protocol/loadgen"
+	"quotad/loadgen"
 )
 
 func benchCommand() *cli.Command {

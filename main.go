@@ -13,7 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -28,47 +28,42 @@ import (
 	"quotad/store"
 )
 
-// version is stamped at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are stamped at build time with
+// -ldflags "-X main.version=... -X main.commit=...". An unstamped commit is
+// read from the build's VCS information, when Go recorded it.
+var (
+	version = "dev"
+	commit  = ""
+)
 
-// Exit codes.
+// Exit codes. Every error run returns that is not a cli.ExitCoder exits
+// exitError.
 const (
 	exitOK     = 0
-	exitError  = 1 // an error reply, a transport failure, a bad flag
+	exitError  = 1 // an error reply, a transport failure, a bad flag, a bad policy file
 	exitDenied = 2 // a denial, only with --exit-code
 	exitDoctor = 3 // doctor found keys without a TTL or of the wrong type
 )
-
-// exitError carries a process exit code through urfave/cli.
-type exitErr struct {
-	code int
-	err  error
-}
-
-func (e *exitErr) Error() string {
-	if e.err == nil {
-		return ""
-	}
-	return e.err.Error()
-}
 
 func main() {
 	err := run(context.Background(), os.Args, os.Stdout, os.Stderr)
 	os.Exit(exitCode(err, os.Stderr))
 }
 
+// exitCode prints err, when it says anything, and returns the process's exit
+// status: the code of a cli.ExitCoder (cli.Exit), else exitError. It is
+// cli.HandleExitCoder without the os.Exit, so tests read the code too.
 func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	var ee *exitErr
-	if errors.As(err, &ee) {
-		if ee.err != nil {
-			fmt.Fprintln(stderr, "quotad:", ee.err)
-		}
-		return ee.code
+	if msg := err.Error(); msg != "" {
+		fmt.Fprintln(stderr, "quotad:", msg)
 	}
-	fmt.Fprintln(stderr, "quotad:", err)
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
 	return exitError
 }
 
@@ -78,27 +73,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	app := &cli.App{
 		Name:      "quotad",
 		Usage:     "atomic, idempotent quota decisions from Redis over a Unix socket",
-		Version:   version,
+		Version:   versionLine(),
 		Writer:    stdout,
 		ErrWriter: stderr,
-		// Errors are printed once, by exitCode.
+		// Errors are printed once, by exitCode, and the process exits
+		// there, not inside the command.
 		ExitErrHandler: func(*cli.Context, error) {},
 		Commands: []*cli.Command{
 			serveCommand(),
+			checkCommand(),
 			requestCommand("take", "take quota and print the JSON reply"),
 			requestCommand("peek", "show a window's usage without consuming"),
 			requestCommand("release", "free a concurrency lease (named by --request-id)"),
 			pingCommand(),
 			doctorCommand(),
 			benchCommand(),
-			{
-				Name:  "version",
-				Usage: "print the version",
-				Action: func(c *cli.Context) error {
-					_, err := fmt.Fprintln(c.App.Writer, version)
-					return err
-				},
-			},
+			versionCommand(),
 		},
 	}
 	return app.RunContext(ctx, args)
@@ -108,33 +98,65 @@ func socketFlag() *cli.StringFlag {
 	return &cli.StringFlag{Name: "socket", Value: "/run/quotad/quotad.sock", EnvVars: []string{"QUOTAD_SOCKET"}, Usage: "path of the Unix socket"}
 }
 
+func configFlag(usage string) *cli.StringFlag {
+	return &cli.StringFlag{Name: "config", EnvVars: []string{"QUOTAD_CONFIG"}, Usage: usage}
+}
+
+func keyPrefixFlag(usage string) *cli.StringFlag {
+	return &cli.StringFlag{Name: "key-prefix", Value: "quotad:", EnvVars: []string{"QUOTAD_KEY_PREFIX"}, Usage: usage}
+}
+
+// redisFlags are the flags that reach Redis, shared by serve and doctor;
+// storeOptions reads them.
+func redisFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "redis-url", EnvVars: []string{"QUOTAD_REDIS_URL"}, Usage: "the Redis to use (serve: empty runs an embedded store local to this process; doctor: required). " + redisURLHelp},
+		&cli.StringFlag{Name: "redis-ca-file", EnvVars: []string{"QUOTAD_REDIS_CA_FILE"}, Usage: "PEM file of the CAs that sign Redis's TLS certificate (rediss:// URLs); default: the system's"},
+		&cli.StringFlag{Name: "redis-password", EnvVars: []string{"QUOTAD_REDIS_PASSWORD"}, Usage: "Redis password, if not in the URL; set it through the env var or --redis-password-file, as arguments are visible in ps"},
+		&cli.StringFlag{Name: "redis-password-file", EnvVars: []string{"QUOTAD_REDIS_PASSWORD_FILE"}, Usage: "file holding the Redis password (read at start; a trailing newline is dropped)"},
+	}
+}
+
+// storeOptions maps redisFlags, and serve's --redis-timeout and
+// --redis-flush-delay where the command has them, to the store's options.
+func storeOptions(c *cli.Context) store.StoreOptions {
+	return store.StoreOptions{
+		RedisURL:     c.String("redis-url"),
+		CAFile:       c.String("redis-ca-file"),
+		Password:     c.String("redis-password"),
+		PasswordFile: c.String("redis-password-file"),
+		Timeout:      c.Duration("redis-timeout"),
+		FlushDelay:   c.Duration("redis-flush-delay"),
+	}
+}
+
 func serveCommand() *cli.Command {
+	flags := []cli.Flag{
+		socketFlag(),
+		&cli.StringFlag{Name: "socket-mode", Value: "0660", EnvVars: []string{"QUOTAD_SOCKET_MODE"}, Usage: "permissions of the socket file (octal)"},
+	}
+	flags = append(flags, redisFlags()...)
+	flags = append(flags,
+		configFlag("policy file (YAML); reloaded on SIGHUP and when it changes"),
+		&cli.DurationFlag{Name: "config-poll", Value: 2 * time.Second, EnvVars: []string{"QUOTAD_CONFIG_POLL"}, Usage: "how often the policy file is checked for changes"},
+		keyPrefixFlag("prefix of every Redis key quotad writes"),
+		&cli.DurationFlag{Name: "redis-timeout", Value: store.DefaultRedisTimeout, EnvVars: []string{"QUOTAD_REDIS_TIMEOUT"}, Usage: "deadline of every Redis call"},
+		&cli.IntFlag{Name: "max-line-bytes", Value: sidecar.DefaultMaxLineBytes, EnvVars: []string{"QUOTAD_MAX_LINE_BYTES"}, Usage: "longest request line; longer ones are answered TOO_LARGE"},
+		&cli.IntFlag{Name: "max-conns", Value: sidecar.DefaultMaxConns, EnvVars: []string{"QUOTAD_MAX_CONNS"}, Usage: "most client connections at once"},
+		&cli.IntFlag{Name: "max-inflight-per-conn", Value: sidecar.DefaultMaxInflightPerConn, EnvVars: []string{"QUOTAD_MAX_INFLIGHT_PER_CONN"}, Usage: "requests of one connection in flight before reading pauses"},
+		&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, EnvVars: []string{"QUOTAD_SHUTDOWN_TIMEOUT"}, Usage: "how long in-flight requests may finish after SIGTERM"},
+		&cli.BoolFlag{Name: "allow-inline", Value: true, EnvVars: []string{"QUOTAD_ALLOW_INLINE"}, Usage: "accept inline limit/window_ms; false allows named policies only"},
+		&cli.IntFlag{Name: "procs", Value: sidecar.DefaultProcs, EnvVars: []string{"QUOTAD_PROCS"}, Usage: "threads running quotad's Go code at once (GOMAXPROCS); 0 keeps Go's default (the CPUs, or the container's CPU limit rounded up to at least 2). Without --procs or QUOTAD_PROCS, a GOMAXPROCS variable is obeyed"},
+		&cli.DurationFlag{Name: "redis-flush-delay", Value: sidecar.DefaultFlushDelay, EnvVars: []string{"QUOTAD_REDIS_FLUSH_DELAY"}, Usage: "how long a Redis connection waits after a write to gather the next batch of commands (0: write at once; at most 1ms)"},
+		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"QUOTAD_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+		&cli.StringFlag{Name: "log-format", Value: "json", EnvVars: []string{"QUOTAD_LOG_FORMAT"}, Usage: "json or console"},
+		&cli.StringFlag{Name: "http-addr", EnvVars: []string{"QUOTAD_HTTP_ADDR"}, Usage: "host:port serving /metrics, /healthz and /readyz; empty serves no HTTP"},
+		&cli.StringFlag{Name: "log-decisions", Value: dispatch.LogDecisionsNone, EnvVars: []string{"QUOTAD_LOG_DECISIONS"}, Usage: "none, denied or all: takes that get a (sampled) decision log line"},
+	)
 	return &cli.Command{
-		Name:  "serve",
-		Usage: "run the sidecar",
-		Flags: []cli.Flag{
-			socketFlag(),
-			&cli.StringFlag{Name: "socket-mode", Value: "0660", EnvVars: []string{"QUOTAD_SOCKET_MODE"}, Usage: "permissions of the socket file (octal)"},
-			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"QUOTAD_REDIS_URL"}, Usage: "Redis to decide against; empty runs an embedded store local to this process. " + redisURLHelp},
-			&cli.StringFlag{Name: "redis-ca-file", EnvVars: []string{"QUOTAD_REDIS_CA_FILE"}, Usage: "PEM file of the CAs that sign Redis's TLS certificate (rediss:// URLs); default: the system's"},
-			&cli.StringFlag{Name: "redis-password", EnvVars: []string{"QUOTAD_REDIS_PASSWORD"}, Usage: "Redis password; set it through the env var or --redis-password-file, as arguments are visible in ps"},
-			&cli.StringFlag{Name: "redis-password-file", EnvVars: []string{"QUOTAD_REDIS_PASSWORD_FILE"}, Usage: "file holding the Redis password (read at start; a trailing newline is dropped)"},
-			&cli.StringFlag{Name: "config", EnvVars: []string{"QUOTAD_CONFIG"}, Usage: "policy file (YAML); reloaded on SIGHUP and when it changes"},
-			&cli.DurationFlag{Name: "config-poll", Value: 2 * time.Second, EnvVars: []string{"QUOTAD_CONFIG_POLL"}, Usage: "how often the policy file is checked for changes"},
-			&cli.StringFlag{Name: "key-prefix", Value: "quotad:", EnvVars: []string{"QUOTAD_KEY_PREFIX"}, Usage: "prefix of every Redis key quotad writes"},
-			&cli.DurationFlag{Name: "redis-timeout", Value: store.DefaultRedisTimeout, EnvVars: []string{"QUOTAD_REDIS_TIMEOUT"}, Usage: "deadline of every Redis call"},
-			&cli.IntFlag{Name: "max-line-bytes", Value: sidecar.DefaultMaxLineBytes, EnvVars: []string{"QUOTAD_MAX_LINE_BYTES"}, Usage: "longest request line; longer ones are answered TOO_LARGE"},
-			&cli.IntFlag{Name: "max-conns", Value: sidecar.DefaultMaxConns, EnvVars: []string{"QUOTAD_MAX_CONNS"}, Usage: "most client connections at once"},
-			&cli.IntFlag{Name: "max-inflight-per-conn", Value: sidecar.DefaultMaxInflightPerConn, EnvVars: []string{"QUOTAD_MAX_INFLIGHT_PER_CONN"}, Usage: "requests of one connection in flight before reading pauses"},
-			&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, EnvVars: []string{"QUOTAD_SHUTDOWN_TIMEOUT"}, Usage: "how long in-flight requests may finish after SIGTERM"},
-			&cli.BoolFlag{Name: "allow-inline", Value: true, EnvVars: []string{"QUOTAD_ALLOW_INLINE"}, Usage: "accept inline limit/window_ms; false allows named policies only"},
-			&cli.IntFlag{Name: "procs", Value: sidecar.DefaultProcs, EnvVars: []string{"QUOTAD_PROCS"}, Usage: "threads running quotad's Go code at once (GOMAXPROCS); 0 keeps Go's default (the CPUs, or the container's CPU limit rounded up to at least 2). Without --procs or QUOTAD_PROCS, a GOMAXPROCS variable is obeyed"},
-			&cli.DurationFlag{Name: "redis-flush-delay", Value: sidecar.DefaultFlushDelay, EnvVars: []string{"QUOTAD_REDIS_FLUSH_DELAY"}, Usage: "how long a Redis connection waits after a write to gather the next batch of commands (0: write at once)"},
-			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"QUOTAD_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
-			&cli.StringFlag{Name: "log-format", Value: "json", EnvVars: []string{"QUOTAD_LOG_FORMAT"}, Usage: "json or console"},
-			&cli.StringFlag{Name: "http-addr", EnvVars: []string{"QUOTAD_HTTP_ADDR"}, Usage: "host:port serving /metrics, /healthz and /readyz; empty serves no HTTP"},
-			&cli.StringFlag{Name: "log-decisions", Value: dispatch.LogDecisionsNone, EnvVars: []string{"QUOTAD_LOG_DECISIONS"}, Usage: "none, denied or all: takes that get a (sampled) decision log line"},
-		},
+		Name:   "serve",
+		Usage:  "run the sidecar",
+		Flags:  flags,
 		Action: serve,
 	}
 }
@@ -151,61 +173,21 @@ func serve(c *cli.Context) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	if c.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", c.Args().Slice())
+	}
 	log, err := sidecar.NewLogger(c.String("log-level"), c.String("log-format"))
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	mode, err := strconv.ParseUint(c.String("socket-mode"), 8, 32)
-	if err != nil || mode > 0o777 {
-		return fmt.Errorf("--socket-mode %q: want an octal mode such as 0660", c.String("socket-mode"))
-	}
-	prefix := c.String("key-prefix")
-	if strings.ContainsAny(prefix, "{}") {
-		return fmt.Errorf("--key-prefix %q: must not contain { or }, which would put every key in one Redis Cluster slot", prefix)
-	}
-	cfgPath := c.String("config")
-	cfg, err := policy.LoadConfig(cfgPath)
-	if err != nil {
-		return fmt.Errorf("--config: %w", err)
-	}
-	timeout := c.Duration("redis-timeout")
-	if timeout <= 0 {
-		return fmt.Errorf("--redis-timeout must be positive")
-	}
-	if c.Duration("config-poll") <= 0 {
-		return fmt.Errorf("--config-poll must be positive")
-	}
-	if err := dispatch.CheckLogDecisions(c.String("log-decisions")); err != nil {
-		return err
-	}
-	if c.Duration("redis-flush-delay") < 0 || c.Duration("redis-flush-delay") > time.Millisecond {
-		return fmt.Errorf("--redis-flush-delay must be between 0 and 1ms")
-	}
-	if c.Int("procs") < 0 {
-		return fmt.Errorf("--procs must be 0 (Go's default) or more")
-	}
-	if n := c.Int("procs"); n > 0 && (c.IsSet("procs") || os.Getenv("GOMAXPROCS") == "") {
-		runtime.GOMAXPROCS(n)
-	}
-	store, err := store.OpenStore(store.StoreOptions{
-		RedisURL: c.String("redis-url"), Timeout: timeout, Logger: log,
-		CAFile: c.String("redis-ca-file"), Password: c.String("redis-password"), PasswordFile: c.String("redis-password-file"),
-		FlushDelay: c.Duration("redis-flush-delay"),
-	})
+	mode, err := sidecar.ParseSocketMode(c.String("socket-mode"))
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	l, err := sidecar.Listen(c.String("socket"), os.FileMode(mode))
-	if err != nil {
-		return err
-	}
-	srv := sidecar.NewServer(sidecar.Options{
-		Store:              store,
-		Config:             cfg,
-		KeyPrefix:          prefix,
-		RedisTimeout:       timeout,
+	opts := sidecar.Options{
+		KeyPrefix:          c.String("key-prefix"),
+		RedisTimeout:       c.Duration("redis-timeout"),
 		MaxLineBytes:       c.Int("max-line-bytes"),
 		MaxConns:           c.Int("max-conns"),
 		MaxInflightPerConn: c.Int("max-inflight-per-conn"),
@@ -213,7 +195,31 @@ func serve(c *cli.Context) error {
 		Version:            version,
 		Logger:             log,
 		LogDecisions:       c.String("log-decisions"),
-	})
+	}
+	storeOpts := storeOptions(c)
+	storeOpts.Logger = log
+	cfgPath := c.String("config")
+	if err := errors.Join(opts.Validate(), storeOpts.Validate(), policy.CheckConfigPoll(c.Duration("config-poll"))); err != nil {
+		return err
+	}
+	if c.Int("procs") < 0 {
+		return errors.New("--procs must be 0 (Go's default) or more")
+	}
+	if opts.Config, err = policy.LoadConfig(cfgPath); err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	if n := c.Int("procs"); n > 0 && (c.IsSet("procs") || os.Getenv("GOMAXPROCS") == "") {
+		runtime.GOMAXPROCS(n)
+	}
+	if opts.Store, err = store.OpenStore(storeOpts); err != nil {
+		return err
+	}
+	defer opts.Store.Close()
+	l, err := sidecar.Listen(c.String("socket"), mode)
+	if err != nil {
+		return err
+	}
+	srv := sidecar.NewServer(opts)
 	defer srv.Close() // ends the dispatcher's runners on every way out
 	if addr := c.String("http-addr"); addr != "" {
 		hs, err := sidecar.ListenHTTP(addr, srv)
@@ -223,7 +229,7 @@ func serve(c *cli.Context) error {
 		}
 		defer hs.Close()
 	}
-	srv.LogStart(sidecar.StartInfo{Socket: c.String("socket"), RedisURL: c.String("redis-url"), ConfigPath: cfgPath})
+	srv.LogStart(sidecar.StartInfo{Socket: c.String("socket"), RedisURL: storeOpts.RedisURL, ConfigPath: cfgPath})
 
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
@@ -258,7 +264,7 @@ func serve(c *cli.Context) error {
 			case draining:
 				srv.LogForcedExit(sig.String())
 				srv.Close()
-				return &exitErr{code: exitError, err: errors.New("forced exit on second signal")}
+				return errors.New("forced exit on second signal")
 			default:
 				startDrain(sig.String())
 			}
@@ -328,12 +334,12 @@ func requestCommand(op, usage string) *cli.Command {
 			subject := c.String("subject")
 			switch {
 			case subject != "" && c.NArg() > 0, c.NArg() > 1:
-				return &exitErr{code: exitError, err: fmt.Errorf("unexpected arguments %q: give one subject, after all flags", c.Args().Slice())}
+				return fmt.Errorf("unexpected arguments %q: give one subject, after all flags", c.Args().Slice())
 			case subject == "":
 				subject = c.Args().First()
 			}
 			if subject == "" {
-				return &exitErr{code: exitError, err: errors.New("a subject is required (--subject or first argument)")}
+				return errors.New("a subject is required (--subject or first argument)")
 			}
 			req["subject"] = subject
 			if p := c.String("policy"); p != "" {
@@ -355,7 +361,7 @@ func requestCommand(op, usage string) *cli.Command {
 				return err
 			}
 			if op == "take" && c.Bool("exit-code") && !reply.Allowed {
-				return &exitErr{code: exitDenied}
+				return cli.Exit("", exitDenied)
 			}
 			return nil
 		},
@@ -374,7 +380,7 @@ func pingCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			reply, err := call(c, map[string]any{"op": "ping"})
 			if err == nil && c.Bool("ready") && !reply.Ready {
-				return &exitErr{code: exitError, err: errors.New("the sidecar answers but is not ready (draining, Redis down, or the scripts not loaded yet)")}
+				return errors.New("the sidecar answers but is not ready (draining, Redis down, or the scripts not loaded yet)")
 			}
 			return err
 		},
@@ -382,42 +388,38 @@ func pingCommand() *cli.Command {
 }
 
 func doctorCommand() *cli.Command {
+	flags := append(redisFlags(),
+		keyPrefixFlag("the sidecars' --key-prefix"),
+		&cli.BoolFlag{Name: "fix", Usage: "give keys without a TTL one: the window's own length, else --default-ttl"},
+		&cli.DurationFlag{Name: "default-ttl", Value: doctor.DefaultTTL, Usage: "TTL --fix gives a key that records no window length"},
+		&cli.IntFlag{Name: "top", Value: 10, Usage: "how many of the largest request-id sets to list"},
+		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+		&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up after this long"},
+	)
 	return &cli.Command{
 		Name:        "doctor",
 		Usage:       "scan quotad's keys in Redis: keys without a TTL, of the wrong type, the largest request-id sets, keys per policy",
 		Description: fmt.Sprintf("Uses SCAN, never KEYS. Exits %d when it finds a key without a TTL or of the wrong type, even one --fix repaired.", exitDoctor),
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "redis-url", EnvVars: []string{"QUOTAD_REDIS_URL"}, Usage: "the Redis the sidecars use (same syntax as serve's)"},
-			&cli.StringFlag{Name: "redis-ca-file", EnvVars: []string{"QUOTAD_REDIS_CA_FILE"}, Usage: "PEM file of the CAs for a rediss:// URL (as serve's)"},
-			&cli.StringFlag{Name: "redis-password", EnvVars: []string{"QUOTAD_REDIS_PASSWORD"}, Usage: "the Redis password, if not in the URL nor in --redis-password-file (as serve's)"},
-			&cli.StringFlag{Name: "redis-password-file", EnvVars: []string{"QUOTAD_REDIS_PASSWORD_FILE"}, Usage: "file holding the Redis password (as serve's)"},
-			&cli.StringFlag{Name: "key-prefix", Value: "quotad:", EnvVars: []string{"QUOTAD_KEY_PREFIX"}, Usage: "the sidecars' --key-prefix"},
-			&cli.BoolFlag{Name: "fix", Usage: "give keys without a TTL one: the window's own length, else --default-ttl"},
-			&cli.DurationFlag{Name: "default-ttl", Value: doctor.DefaultTTL, Usage: "TTL --fix gives a key that records no window length"},
-			&cli.IntFlag{Name: "top", Value: 10, Usage: "how many of the largest request-id sets to list"},
-			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
-			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up after this long"},
-		},
+		Flags:       flags,
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return &exitErr{code: exitError, err: fmt.Errorf("unexpected arguments %q", c.Args().Slice())}
+				return fmt.Errorf("unexpected arguments %q", c.Args().Slice())
 			}
-			if c.Duration("default-ttl") < time.Millisecond {
-				return &exitErr{code: exitError, err: errors.New("--default-ttl must be at least 1ms")}
+			opts := doctor.Options{
+				KeyPrefix: c.String("key-prefix"), Fix: c.Bool("fix"), DefaultTTL: c.Duration("default-ttl"), Top: c.Int("top"),
 			}
-			client, err := store.OpenClient(store.StoreOptions{
-				RedisURL: c.String("redis-url"), CAFile: c.String("redis-ca-file"),
-				Password: c.String("redis-password"), PasswordFile: c.String("redis-password-file"),
-			})
+			storeOpts := storeOptions(c)
+			if err := errors.Join(opts.Validate(), storeOpts.Validate()); err != nil {
+				return err
+			}
+			client, err := store.OpenClient(storeOpts)
 			if err != nil {
 				return err
 			}
 			defer client.Close()
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 			defer cancel()
-			report, err := doctor.Run(ctx, client, doctor.Options{
-				KeyPrefix: c.String("key-prefix"), Fix: c.Bool("fix"), DefaultTTL: c.Duration("default-ttl"), Top: c.Int("top"),
-			})
+			report, err := doctor.Run(ctx, client, opts)
 			if err != nil {
 				return err
 			}
@@ -430,9 +432,113 @@ func doctorCommand() *cli.Command {
 				return err
 			}
 			if report.Problems > 0 {
-				return &exitErr{code: exitDoctor}
+				return cli.Exit("", exitDoctor)
 			}
 			return nil
+		},
+	}
+}
+
+// checkCommand validates a policy file as serve loads it, for CI: every
+// problem on its own line as file:line: message, then exit 1; or a summary
+// line and exit 0. A file without policies is valid (serve starts with it)
+// but is reported with a warning, as serve logs one.
+func checkCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "check",
+		Usage: "validate a policy file as serve would load it; prints every problem and exits 1 if there is one",
+		Flags: []cli.Flag{configFlag("policy file (YAML) to check")},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return fmt.Errorf("unexpected arguments %q: give the file as --config", c.Args().Slice())
+			}
+			path := c.String("config")
+			if path == "" {
+				return errors.New("--config is required: the policy file to check")
+			}
+			cfg, err := policy.LoadConfig(path)
+			var problems policy.ConfigErrors
+			if errors.As(err, &problems) {
+				for _, p := range problems {
+					fmt.Fprintln(c.App.ErrWriter, p)
+				}
+				return fmt.Errorf("%s: %d %s", path, len(problems), plural(len(problems), "problem", "problems"))
+			}
+			if err != nil {
+				return fmt.Errorf("--config: %w", err)
+			}
+			if len(cfg.Policies) == 0 {
+				fmt.Fprintf(c.App.ErrWriter, "quotad: warning: %s: %s\n", path, policy.NoPoliciesWarning)
+			}
+			_, err = fmt.Fprintf(c.App.Writer, "%d %s ok\n", len(cfg.Policies), plural(len(cfg.Policies), "policy", "policies"))
+			return err
+		},
+	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// buildInfo is what `quotad version` prints.
+type buildInfo struct {
+	Version  string `json:"version"`
+	Commit   string `json:"commit"`
+	Go       string `json:"go"`
+	Platform string `json:"platform"`
+}
+
+func currentBuild() buildInfo {
+	return buildInfo{Version: version, Commit: buildCommit(), Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+}
+
+// buildCommit is the commit stamped by the Makefile, else the one Go
+// recorded from the checkout it built in (with -dirty for uncommitted
+// changes), else "unknown".
+func buildCommit() string {
+	if commit != "" {
+		return commit
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = s.Value
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
+		}
+	}
+	if rev == "" {
+		return "unknown"
+	}
+	// As short as the Makefile's `git rev-parse --short`.
+	return rev[:min(len(rev), 7)] + dirty
+}
+
+// versionLine is the one-line form, also printed by --version.
+func versionLine() string {
+	b := currentBuild()
+	return fmt.Sprintf("%s (commit %s, %s, %s)", b.Version, b.Commit, b.Go, b.Platform)
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version, the commit it was built from and the Go version",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: `print {"version","commit","go","platform"} as JSON`}},
+		Action: func(c *cli.Context) error {
+			if c.Bool("json") {
+				return json.NewEncoder(c.App.Writer).Encode(currentBuild())
+			}
+			_, err := fmt.Fprintln(c.App.Writer, "quotad", versionLine())
+			return err
 		},
 	}
 }

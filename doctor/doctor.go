@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -385,4 +386,12 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "\n%d problems found\n", r.Problems)
 	}
 	return tw.Flush()
+}
+
+// Validate refuses doctor options that cannot work, naming the flag.
+func (o Options) Validate() error {
+	if o.DefaultTTL < time.Millisecond {
+		return errors.New("--default-ttl must be at least 1ms")
+	}
+	return nil
 }

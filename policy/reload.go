@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"time"
 
@@ -97,4 +98,21 @@ func (r *Reloader) load(forced bool) {
 	r.Target.SetConfig(cfg)
 	r.Target.Reloaded(nil)
 	r.Logger.Info("config reloaded", zap.String(keyConfig, r.Path), zap.Strings(keyPolicies, cfg.Names()))
+	WarnIfEmpty(r.Logger, r.Path, cfg)
+}
+
+// CheckConfigPoll validates how often a Reloader polls the policy file.
+func CheckConfigPoll(d time.Duration) error {
+	if d <= 0 {
+		return errors.New("--config-poll must be positive")
+	}
+	return nil
+}
+
+// WarnIfEmpty warns, at start and on every reload, of a policy file that
+// defines no policy.
+func WarnIfEmpty(log *zap.Logger, path string, cfg *Config) {
+	if path != "" && len(cfg.Policies) == 0 {
+		log.Warn(NoPoliciesWarning, zap.String(keyConfig, path))
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"quotad/policy"
 	"quotad/store"
 
 	"go.uber.org/zap"
@@ -36,13 +37,7 @@ const (
 
 	keyHTTPAddr = "http_addr"
 
-	// The decision log (--log-decisions).
-	keySubject   = "subject"
-	keyCost      = "cost"
-	keyVerdict   = "verdict"
-	keyUsed      = "used"
-	keyRequestID = "request_id"
-	keyLatency   = "latency"
+	// The decision log's keys are the dispatcher's (dispatch/metrics.go).
 )
 
 // NewLogger builds the process logger: level is debug, info, warn or error;
@@ -64,10 +59,7 @@ func NewLogger(level, format string) (*zap.Logger, error) {
 		return nil, fmt.Errorf("--log-format %q: want json or console", format)
 	}
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	cfg.EncoderConfig.TimeKey = "ts"
-	// "1.5s" rather than 1.5: the unit travels with the value.
-	cfg.EncoderConfig.EncodeDuration = zapcore.StringDurationEncoder
+	cfg.EncoderConfig = encoderConfig(format)
 	cfg.DisableStacktrace = true
 	cfg.Sampling = nil
 	l, err := cfg.Build()
@@ -75,6 +67,21 @@ func NewLogger(level, format string) (*zap.Logger, error) {
 		return nil, fmt.Errorf("build logger: %w", err)
 	}
 	return l, nil
+}
+
+// encoderConfig is how lines of a format are written. A duration is a
+// number of seconds in JSON, for machines (1.5, not "1.5s"), and a Go
+// duration string on the console, for people.
+func encoderConfig(format string) zapcore.EncoderConfig {
+	ec := zap.NewProductionEncoderConfig()
+	ec.EncodeDuration = zapcore.SecondsDurationEncoder
+	if format == "console" {
+		ec = zap.NewDevelopmentEncoderConfig()
+		ec.EncodeDuration = zapcore.StringDurationEncoder
+	}
+	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	ec.TimeKey = "ts"
+	return ec
 }
 
 // StartInfo is what the start-up log line reports beyond the server's own
@@ -105,6 +112,7 @@ func (s *Server) LogStart(info StartInfo) {
 		zap.Int(keyInflight, s.opts.MaxInflightPerConn),
 		zap.Int(keyProcs, runtime.GOMAXPROCS(0)),
 	)
+	policy.WarnIfEmpty(s.log, info.ConfigPath, s.Config())
 }
 
 // LogShutdown, LogForcedExit, LogShutdownTimeout and LogStopped report the

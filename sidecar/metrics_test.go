@@ -240,7 +240,7 @@ func TestDecisionLog(t *testing.T) {
 				}
 			}
 			if tc.level == dispatch.LogDecisionsAll {
-				if f := got[0].ContextMap(); f[keySubject] != "alice" || f[keyPolicy] != "api" || f[keyCost] != int64(1) || f["used"] != int64(1) || f[keyRequestID] != "r1" {
+				if f := got[0].ContextMap(); f["subject"] != "alice" || f["policy"] != "api" || f["cost"] != int64(1) || f["used"] != int64(1) || f["request_id"] != "r1" {
 					t.Errorf("first line fields %v", f)
 				}
 			}
@@ -356,7 +356,7 @@ func TestDecisionLogDeniedIncludesDegradedDenials(t *testing.T) {
 		t.Fatalf("take of closed = %+v, want a degraded denial", got)
 	}
 	got := logs.FilterLoggerName("decision").AllUntimed()
-	if len(got) != 1 || got[0].ContextMap()[keyPolicy] != "closed" || got[0].ContextMap()[keyVerdict] != "degraded" {
+	if len(got) != 1 || got[0].ContextMap()["policy"] != "closed" || got[0].ContextMap()["verdict"] != "degraded" {
 		t.Fatalf("decision lines %v, want one, the degraded denial of closed", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,14 +29,17 @@ const sentinelRefresh = 5 * time.Second
 // opts.Password or opts.PasswordFile. No error it returns holds the
 // password.
 func redisClientOption(opts StoreOptions) (rueidis.ClientOption, error) {
+	if err := checkRedisURL(opts.RedisURL); err != nil {
+		return rueidis.ClientOption{}, err
+	}
 	copt, err := rueidis.ParseURL(opts.RedisURL)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			// A *url.Error quotes the whole URL, password included.
-			return copt, fmt.Errorf("parse --redis-url %s: not a valid URL (percent-encode special characters in the password)", RedactURL(opts.RedisURL))
+			return copt, fmt.Errorf("--redis-url %s: not a valid URL", RedactURL(opts.RedisURL))
 		}
-		return copt, fmt.Errorf("parse --redis-url %s: %w", RedactURL(opts.RedisURL), err)
+		return copt, fmt.Errorf("--redis-url %s: %s", RedactURL(opts.RedisURL), strings.TrimPrefix(err.Error(), "redis: "))
 	}
 	if err := applyPassword(&copt, opts); err != nil {
 		return copt, err
@@ -203,4 +207,193 @@ func OpenClient(opts StoreOptions) (rueidis.Client, error) {
 		return nil, fmt.Errorf("connect to %s: %w", RedactURL(opts.RedisURL), describeRedisErr(err))
 	}
 	return c, nil
+}
+
+// redisSchemes are the URL schemes rueidis dials.
+var redisSchemes = []string{"redis", "rediss", "unix", "valkey", "valkeys"}
+
+// checkRedisURL says what is wrong with a --redis-url that rueidis would
+// refuse or misread, in terms of the URL given: a missing scheme, a port
+// that is not a number, no host, a password that needs percent-encoding.
+// Its messages never hold the password: the URL is shown through
+// RedactURL, or with everything before the @ hidden when it does not parse.
+func checkRedisURL(raw string) error {
+	fail := func(shown, format string, args ...any) error {
+		return fmt.Errorf("--redis-url %s: %s", shown, fmt.Sprintf(format, args...))
+	}
+	shown := redactUnparsed(raw)
+	scheme, rest, hasScheme := strings.Cut(raw, "://")
+	if !hasScheme {
+		switch {
+		case strings.HasPrefix(raw, "/"):
+			return fail(shown, "no scheme: write unix://%s for a Unix socket", shown)
+		case knownScheme(strings.SplitN(raw, ":", 2)[0]):
+			s, after, _ := strings.Cut(raw, ":")
+			return fail(shown, "%s: must be followed by //, as in %s://%s", s, s, redactUnparsed(after))
+		}
+		return fail(shown, "no scheme: did you mean redis://%s?", shown)
+	}
+	if !knownScheme(scheme) {
+		return fail(shown, "unknown scheme %q: want redis://, rediss:// (TLS) or unix:// (a socket); Cluster and Sentinel use redis:// or rediss:// too", scheme)
+	}
+	// The authority ends at the first / ? or #, unless the password holds
+	// one: then an @ comes after it, and not inside a query's key=value
+	// (?sentinel_password=p@ss).
+	end := len(rest)
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		end = i
+	}
+	if at := strings.LastIndex(rest, "@"); at >= end {
+		q := strings.IndexByte(rest, '?')
+		if q < 0 || q > at || !strings.Contains(rest[q:at], "=") {
+			return fail(shown, "the user name or password holds / ? or #: percent-encode them (%%2F, %%3F, %%23)")
+		}
+	}
+	authority := rest[:end]
+	host := authority
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		if err := checkUserinfo(authority[:at]); err != "" {
+			return fail(shown, "%s", err)
+		}
+		host = authority[at+1:]
+	}
+	if strings.EqualFold(scheme, "unix") {
+		u, err := url.Parse(raw)
+		switch {
+		case err != nil:
+			return fail(shown, "not a valid URL")
+		case host != "":
+			return fail(shown, "the socket path must be absolute, after three slashes: unix:///%s%s", host, u.Path)
+		case u.Path == "" || u.Path == "/":
+			return fail(shown, "no socket path: write unix:///path/to/redis.sock")
+		}
+		return nil
+	}
+	if host == "" {
+		return fail(shown, "no host: write redis://host:6379 (redis://localhost:6379 for this machine)")
+	}
+	if err := checkHostPort(host); err != "" {
+		return fail(shown, "%s", err)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fail(shown, "not a valid URL")
+	}
+	shown = RedactURL(raw)
+	if p := strings.TrimPrefix(u.Path, "/"); p != "" {
+		if strings.Contains(p, "/") {
+			return fail(shown, "path %q: only a database number may follow the host, as in redis://host:6379/2", u.Path)
+		}
+		if _, err := strconv.Atoi(p); err != nil {
+			return fail(shown, "database %q is not a number: redis://host:6379/2 selects database 2", p)
+		}
+	}
+	for _, addr := range u.Query()["addr"] {
+		if err := checkHostPort(addr); err != "" {
+			return fail(shown, "addr=%s: %s", addr, err)
+		}
+	}
+	return nil
+}
+
+func knownScheme(s string) bool {
+	for _, k := range redisSchemes {
+		if strings.EqualFold(s, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkUserinfo finds what url.Parse would refuse in the part before the
+// @, without quoting it: it holds the password.
+func checkUserinfo(ui string) string {
+	for i := 0; i < len(ui); i++ {
+		c := ui[i]
+		switch {
+		case c == '%':
+			if i+2 >= len(ui) || !isHex(ui[i+1]) || !isHex(ui[i+2]) {
+				return "the user name or password holds a % that starts no percent-escape: write % as %25"
+			}
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', strings.IndexByte("-._:~!$&'()*+,;=@", c) >= 0:
+		default:
+			return "the user name or password holds a character that must be percent-encoded (a space, \" < > [ ] ^ ` { | } or a control character)"
+		}
+	}
+	return ""
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// checkHostPort checks a host[:port] with no user information in it.
+func checkHostPort(hp string) string {
+	host, port := hp, ""
+	if strings.HasPrefix(hp, "[") {
+		i := strings.Index(hp, "]")
+		if i < 0 {
+			return "host " + strconv.Quote(hp) + ": an IPv6 address needs its closing ]"
+		}
+		host, port = hp[:i+1], strings.TrimPrefix(hp[i+1:], ":")
+		if rest := hp[i+1:]; rest != "" && !strings.HasPrefix(rest, ":") {
+			return "host " + strconv.Quote(hp) + ": only :port may follow the ]"
+		}
+	} else if i := strings.LastIndex(hp, ":"); i >= 0 {
+		host, port = hp[:i], hp[i+1:]
+		if strings.Contains(host, ":") {
+			return "host " + strconv.Quote(host) + ": write an IPv6 address in brackets, as in redis://[::1]:6379"
+		}
+	}
+	if host == "" {
+		return "no host before :" + port
+	}
+	if strings.ContainsAny(host, "% ") {
+		return "host " + strconv.Quote(host) + " is not a host name or address"
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		switch {
+		case err != nil:
+			return "port " + strconv.Quote(port) + " is not a number"
+		case n < 1 || n > 65535:
+			return "port " + port + " is out of range (1 to 65535)"
+		}
+	}
+	return ""
+}
+
+// redactUnparsed shows a URL that may not parse: everything before its
+// last @ (the user name and password) becomes xxxxx, and the query, which
+// may hold sentinel_password=, is left out.
+func redactUnparsed(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		scheme, rest = "", raw
+	} else {
+		scheme += "://"
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		rest = "xxxxx@" + rest[at+1:]
+	}
+	if q := strings.IndexByte(rest, '?'); q >= 0 {
+		rest = rest[:q] + "?..."
+	}
+	return scheme + rest
+}
+
+// MaxFlushDelay bounds StoreOptions.FlushDelay: a longer wait would add more
+// latency to every decision than any batching it buys back.
+const MaxFlushDelay = time.Millisecond
+
+// Validate refuses store options that cannot work, naming the flag that
+// sets each. The URL itself is checked by OpenStore, which parses it.
+func (o StoreOptions) Validate() error {
+	if o.Timeout < 0 {
+		return errors.New("--redis-timeout must be positive")
+	}
+	if o.FlushDelay < 0 || o.FlushDelay > MaxFlushDelay {
+		return fmt.Errorf("--redis-flush-delay must be between 0 and %v", MaxFlushDelay)
+	}
+	return nil
 }

@@ -62,7 +62,7 @@ func TestRedisOptionErrorsAreClearAndHideThePassword(t *testing.T) {
 		{"ca without tls", StoreOptions{RedisURL: "redis://u:" + secret + "@h:1", CAFile: ca}, "needs a rediss:// URL"},
 		{"ca not pem", StoreOptions{RedisURL: "rediss://u:" + secret + "@h:1", CAFile: ca}, "no PEM certificate in the file"},
 		{"ca missing", StoreOptions{RedisURL: "rediss://h:1", CAFile: "/nonexistent/ca.pem"}, "--redis-ca-file: open /nonexistent/ca.pem"},
-		{"bad scheme", StoreOptions{RedisURL: "http://u:" + secret + "@h:1"}, "parse --redis-url http://u:xxxxx@h:1: redis: invalid URL scheme"},
+		{"bad scheme", StoreOptions{RedisURL: "http://u:" + secret + "@h:1"}, `--redis-url http://xxxxx@h:1: unknown scheme "http"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,5 +118,56 @@ func TestNotConnectedIsNotATimeout(t *testing.T) {
 	st.setUp(true, true, nil)
 	if st.LastError() != nil {
 		t.Fatalf("LastError() = %v after redis came up", st.LastError())
+	}
+}
+
+// A --redis-url that cannot work gets a message about that URL, word for
+// word, and never the password.
+func TestRedisURLMessages(t *testing.T) {
+	pw := "u:" + secret
+	for _, tc := range []struct{ url, want string }{
+		{"127.0.0.1:6379", "--redis-url 127.0.0.1:6379: no scheme: did you mean redis://127.0.0.1:6379?"},
+		{"localhost:6379", "--redis-url localhost:6379: no scheme: did you mean redis://localhost:6379?"},
+		{"redis-master", "--redis-url redis-master: no scheme: did you mean redis://redis-master?"},
+		{pw + "@h:6379", "--redis-url xxxxx@h:6379: no scheme: did you mean redis://xxxxx@h:6379?"},
+		{"/run/redis.sock", "--redis-url /run/redis.sock: no scheme: write unix:///run/redis.sock for a Unix socket"},
+		{"redis:h:6379", "--redis-url redis:h:6379: redis: must be followed by //, as in redis://h:6379"},
+		{"http://h:6379", `--redis-url http://h:6379: unknown scheme "http": want redis://, rediss:// (TLS) or unix:// (a socket); Cluster and Sentinel use redis:// or rediss:// too`},
+		{"redis://h:notaport", `--redis-url redis://h:notaport: port "notaport" is not a number`},
+		{"redis://" + pw + "@h:notaport", `--redis-url redis://xxxxx@h:notaport: port "notaport" is not a number`},
+		{"redis://h:99999", "--redis-url redis://h:99999: port 99999 is out of range (1 to 65535)"},
+		{"redis://", "--redis-url redis://: no host: write redis://host:6379 (redis://localhost:6379 for this machine)"},
+		{"rediss://" + pw + "@", "--redis-url rediss://xxxxx@: no host: write redis://host:6379 (redis://localhost:6379 for this machine)"},
+		{"redis://:6379", "--redis-url redis://:6379: no host before :6379"},
+		{"redis://::1:6379", `--redis-url redis://::1:6379: host "::1": write an IPv6 address in brackets, as in redis://[::1]:6379`},
+		{"redis://[::1:6379", `--redis-url redis://[::1:6379: host "[::1:6379": an IPv6 address needs its closing ]`},
+		{"redis://u:pa/" + secret + "@h:6379", "--redis-url redis://xxxxx@h:6379: the user name or password holds / ? or #: percent-encode them (%2F, %3F, %23)"},
+		{"redis://u:pa?" + secret + "@h:6379", "--redis-url redis://xxxxx@h:6379: the user name or password holds / ? or #: percent-encode them (%2F, %3F, %23)"},
+		{"redis://u:pa#" + secret + "@h:6379", "--redis-url redis://xxxxx@h:6379: the user name or password holds / ? or #: percent-encode them (%2F, %3F, %23)"},
+		{"redis://u:100%" + secret + "@h:6379", "--redis-url redis://xxxxx@h:6379: the user name or password holds a % that starts no percent-escape: write % as %25"},
+		{"redis://u:a b" + secret + "@h:6379", "--redis-url redis://xxxxx@h:6379: the user name or password holds a character that must be percent-encoded (a space, \" < > [ ] ^ ` { | } or a control character)"},
+		{"redis://" + pw + "@%zz:6379", `--redis-url redis://xxxxx@%zz:6379: host "%zz" is not a host name or address`},
+		{"redis://h:6379/zero", `--redis-url redis://h:6379/zero: database "zero" is not a number: redis://host:6379/2 selects database 2`},
+		{"redis://" + pw + "@h:6379/0/1", `--redis-url redis://u:xxxxx@h:6379/0/1: path "/0/1": only a database number may follow the host, as in redis://host:6379/2`},
+		{"redis://h1:6379?addr=h2:x", `--redis-url redis://h1:6379?addr=h2%3Ax: addr=h2:x: port "x" is not a number`},
+		{"redis://h:6379?db=x&sentinel_password=" + secret, `--redis-url redis://h:6379?db=x&sentinel_password=xxxxx: invalid database number: "x"`},
+		{"unix://run/redis.sock", "--redis-url unix://run/redis.sock: the socket path must be absolute, after three slashes: unix:///run/redis.sock"},
+		{"unix://", "--redis-url unix://: no socket path: write unix:///path/to/redis.sock"},
+	} {
+		_, err := redisClientOption(StoreOptions{RedisURL: tc.url})
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s:\n got %v\nwant %s", tc.url, err, tc.want)
+		}
+	}
+	// What works keeps working.
+	for _, ok := range []string{
+		"redis://h:6379", "redis://h", "rediss://" + pw + "@h:6379/2", "redis://[::1]:6379", "unix:///run/redis.sock",
+		"redis://u:p%40ss@h:6379", "redis://u:p@ss@h:6379", "redis://quotad@h:6379",
+		"redis://h1:6379?addr=h2:6379&addr=[::1]:6380", "redis://s1:26379?master_set=m&sentinel_password=p@ss",
+		"valkey://h:6379", "REDIS://h:6379",
+	} {
+		if _, err := redisClientOption(StoreOptions{RedisURL: ok}); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
 	}
 }

@@ -31,8 +31,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"quotad/integration/redistest"
+	"quotad/loadgen"
 	"quotad/protocol"
-	"quotad/protocol/loadgen"
 )
 
 //go:embed original.lua

@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"quotad/loadgen"
 	"quotad/protocol"
-	"quotad/protocol/loadgen"
 )
 
 func median(xs []float64) float64 {

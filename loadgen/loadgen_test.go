@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"quotad/loadgen"
 	"quotad/protocol"
-	"quotad/protocol/loadgen"
 )
 
 // fakeSidecar answers takes by a rule of the test's choosing and records

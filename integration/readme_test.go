@@ -458,3 +458,95 @@ func TestReadme(t *testing.T) {
 	}
 	t.Logf("README.md: ran %d of %d blocks", ran, len(blocks))
 }
+
+// TestReadmeConvention guards the runner itself: what it rejects, what it
+// skips, and what its matcher forgives.
+func TestReadmeConvention(t *testing.T) {
+	t.Parallel()
+	const fence = "```"
+	for _, tc := range []struct{ name, doc, err string }{
+		{"unknown language", fence + "ruby\nputs 1\n" + fence + "\n", `"ruby" is neither run nor known`},
+		{"unclosed fence", fence + "sh\necho\n", "unclosed fence"},
+		{"marker before a block not run anyway", "<!-- not run: x -->\n" + fence + "yaml\na: 1\n" + fence + "\n", "not run anyway"},
+		{"marker before prose", "<!-- not run: x -->\nsome text\n" + fence + "sh\necho\n" + fence + "\n", "right before a fence"},
+		{"marker at the end", fence + "sh\necho\n" + fence + "\n<!-- not run: x -->\n", "no block after it"},
+		{"marker without a reason", "<!-- not run -->\n" + fence + "sh\necho\n" + fence + "\n", "<!-- not run: reason -->"},
+		{"two markers", "<!-- not run: x -->\n<!-- not run: y -->\n" + fence + "sh\necho\n" + fence + "\n", "a second marker"},
+		{"output block first", fence + "text\nhi\n" + fence + "\n", "there is none"},
+		{"output block after prose", fence + "sh\necho hi\n" + fence + "\nIt prints:\n" + fence + "text\nhi\n" + fence + "\n", "there is none"},
+		{"two output blocks", fence + "sh\necho hi\n" + fence + "\n" + fence + "text\nhi\n" + fence + "\n" + fence + "text\nhi\n" + fence + "\n", "there is none"},
+		{"output block after a session", fence + "console\n$ echo hi\nhi\n" + fence + "\n" + fence + "text\nhi\n" + fence + "\n", "after each command"},
+	} {
+		if _, err := parseReadme(strings.NewReader(tc.doc)); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.err)
+		}
+	}
+
+	doc := strings.Join([]string{
+		"# Title",
+		fence + "python", "print('hi')", fence,
+		"", fence + "text", "hi", fence,
+		"<!-- not run: needs a cluster -->", "", fence + "sh", "kubectl apply -k .", fence,
+		fence + "yaml", "a: 1", fence,
+		fence + "console", "$ printf '%s\\n' a \\", "    b", "a", "b", "$ true", fence,
+		fence + "sh", "true", fence,
+		"",
+	}, "\n")
+	blocks, err := parseReadme(strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type summary struct {
+		line   int
+		kind   readmeKind
+		skip   string
+		output string
+	}
+	var got []summary
+	for _, b := range blocks {
+		got = append(got, summary{b.line, b.kind, b.skip, strings.Join(b.output, "|")})
+	}
+	want := []summary{
+		{2, kindPython, "", "hi"},
+		{11, kindShell, "not run: needs a cluster", ""},
+		{14, kindNotRun, "a yaml file, not a program", ""},
+		{17, kindSession, "", ""},
+		{24, kindShell, "", ""},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("blocks\n  %v\nwant\n  %v", got, want)
+	}
+	cmds, err := sessionCommands(blocks[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cmds) != 2 || cmds[0].cmd != "printf '%s\\n' a \\\n    b" || strings.Join(cmds[0].want, "|") != "a|b" ||
+		cmds[1].line != 22 || cmds[1].cmd != "true" || cmds[1].want != nil {
+		t.Errorf("session commands %+v", cmds)
+	}
+	if _, err := sessionCommands(readmeBlock{line: 1, body: []string{"output first", "$ true"}}); err == nil {
+		t.Error("a session starting with output was accepted")
+	}
+
+	const take = `{"ok":true,"allowed":true,"replay":false,"limit":5,"used":1,"remaining":4,"reset_ms":60000,"retry_after_ms":0}`
+	for _, tc := range []struct {
+		want, got []string
+		diffs     int
+	}{
+		{[]string{"go ahead"}, []string{"go ahead  "}, 0},
+		{[]string{"go ahead"}, []string{"go"}, 1},
+		{[]string{"go ahead"}, []string{"go ahead", "more"}, 1},
+		{nil, []string{"unexpected"}, 1},
+		{[]string{`{"ok":true,"version":"…","ready":true}`}, []string{`{"ok":true,"version":"v1.2.3","ready":true}`}, 0},
+		{[]string{`{"ok":true,"version":"…","ready":true}`}, []string{`{"ok":true,"version":"v1.2.3","ready":false}`}, 1},
+		{[]string{"took … ms"}, []string{"took 12 ms"}, 0},
+		{[]string{"took … ms"}, []string{"took 12 s"}, 1},
+		{[]string{take}, []string{strings.Replace(take, "60000", "59990", 1)}, 0},
+		{[]string{take}, []string{strings.Replace(take, `"used":1`, `"used":2`, 1)}, 1},
+		{[]string{take}, []string{"not json"}, 1},
+	} {
+		if diffs := matchOutput(t, tc.want, tc.got); len(diffs) != tc.diffs {
+			t.Errorf("want %q, got %q: %d differences %q, want %d", tc.want, tc.got, len(diffs), diffs, tc.diffs)
+		}
+	}
+}

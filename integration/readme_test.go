@@ -20,10 +20,11 @@ import (
 // TestReadme reads README.md from top to bottom and runs its examples in
 // that order, as a newcomer pastes them, against one sidecar started as
 // `make run` starts it: the embedded store, listening on ./quotad.sock in a
-// fresh working directory. That directory also holds bin/quotad (the binary
-// under test, which is on PATH as quotad too) and copies of the Python and
-// Node clients, as the README says to copy them. Each fenced block is a
-// subtest named after its line, run or skipped with its reason.
+// fresh working directory. That directory also holds bin/quotad, the binary
+// under test, where `make run` leaves it (it is not on PATH, as it is not
+// for a reader), and copies of the Python and Node clients, as the README
+// says to copy them. Each fenced block is a subtest named after its line,
+// run or skipped with its reason.
 //
 // What a block's language means:
 //
@@ -308,9 +309,9 @@ type readmeWorkdir struct {
 }
 
 // newReadmeWorkdir makes a working directory as a newcomer's checkout
-// after `make run` looks to the examples: bin/quotad, also on PATH, and
-// the clients the README says to copy. It lives under the system temp dir
-// so that ./quotad.sock stays within the 107 bytes of a socket path.
+// after `make run` looks to the examples: bin/quotad and the clients the
+// README says to copy. It lives under the system temp dir so that
+// ./quotad.sock stays within the 107 bytes of a socket path.
 func newReadmeWorkdir(t *testing.T) readmeWorkdir {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "readme")
@@ -328,7 +329,7 @@ func newReadmeWorkdir(t *testing.T) readmeWorkdir {
 	installReadmeClients(t, dir)
 	return readmeWorkdir{
 		dir: dir,
-		env: cleanEnv("PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "PYTHONDONTWRITEBYTECODE=1"),
+		env: cleanEnv("PYTHONDONTWRITEBYTECODE=1"),
 	}
 }
 

@@ -15,8 +15,6 @@ import (
 	"testing"
 )
 
-// How README.md's examples are run
-//
 // TestReadme reads README.md from top to bottom and runs its examples in
 // that order, as a newcomer pastes them, against one sidecar started as
 // `make run` starts it: the embedded store, listening on ./quotad.sock in a
@@ -39,7 +37,8 @@ import (
 //   - ```js, ```mjs: an ES module, run with node.
 //   - ```text right after a script, Python or Node block (blank lines
 //     between at most) is what that block prints. A block of those
-//     languages with no ```text after it must print nothing.
+//     languages with no ```text after it must print nothing. A ```text
+//     block after a block that is not run is shown, not checked.
 //   - ```yaml and blocks without a language are not programs and are not
 //     run. Any other language fails the test until it is given a meaning
 //     here (readmeLanguages).
@@ -54,13 +53,43 @@ import (
 // (`go test -v -run TestReadme ./integration/`). A marker before a block
 // that would not run anyway, or before anything but a fence, is an error.
 //
-// Expected output is compared line by line, after trailing spaces. In an
+// Expected output is compared line by line, ignoring trailing spaces. In an
 // expected line, "…" stands for any text within the line (a version, a
 // duration). A line that is a protocol reply ({"ok":...}) and has no "…"
 // compares as PROTOCOL.md's examples do (compareReply): the same fields in
 // the same order with equal values, except that a non-zero reset_ms or
 // retry_after_ms may be anything from 1 to 60000, a message any non-empty
 // text and a version any string. Every other line must be equal.
+func TestReadme(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open(filepath.Join(moduleRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := parseReadme(f)
+	f.Close()
+	if err != nil {
+		t.Fatalf("README.md: %v", err)
+	}
+	w := newReadmeWorkdir(t)
+	sc := launchSidecar(t, filepath.Join(w.dir, "quotad.sock"), "")
+	sc.waitReady(t)
+
+	ran := 0
+	for _, b := range blocks {
+		t.Run(b.name(), func(t *testing.T) {
+			if b.skip != "" {
+				t.Skip(b.skip)
+			}
+			ran++
+			w.runBlock(t, b)
+		})
+	}
+	if ran == 0 {
+		t.Fatal("README.md has no example that runs")
+	}
+	t.Logf("README.md: ran %d of %d blocks", ran, len(blocks))
+}
 
 // readmeKind is what the runner does with a block.
 type readmeKind int
@@ -425,39 +454,6 @@ func (w readmeWorkdir) runBlock(t *testing.T, b readmeBlock) {
 		t.Errorf("README.md:%d: the %s example printed what the README does not show:\n  %s\ngot:\n%s\nwant:\n%s",
 			b.line, b.lang, strings.Join(diffs, "\n  "), out, strings.Join(b.output, "\n"))
 	}
-}
-
-// TestReadme runs every example of README.md in order against one sidecar,
-// by the convention at the top of this file.
-func TestReadme(t *testing.T) {
-	t.Parallel()
-	f, err := os.Open(filepath.Join(moduleRoot, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks, err := parseReadme(f)
-	f.Close()
-	if err != nil {
-		t.Fatalf("README.md: %v", err)
-	}
-	w := newReadmeWorkdir(t)
-	sc := launchSidecar(t, filepath.Join(w.dir, "quotad.sock"), "")
-	sc.waitReady(t)
-
-	ran := 0
-	for _, b := range blocks {
-		t.Run(b.name(), func(t *testing.T) {
-			if b.skip != "" {
-				t.Skip(b.skip)
-			}
-			ran++
-			w.runBlock(t, b)
-		})
-	}
-	if ran == 0 {
-		t.Fatal("README.md has no example that runs")
-	}
-	t.Logf("README.md: ran %d of %d blocks", ran, len(blocks))
 }
 
 // TestReadmeConvention guards the runner itself: what it rejects, what it

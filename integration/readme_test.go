@@ -24,6 +24,8 @@ import (
 // says to copy them. Each fenced block is a subtest named after its line,
 // run or skipped with its reason.
 //
+// A fence is ``` at the start of a line; an indented fence (in a list
+// item, a quote) or a ~~~ fence is an error rather than a block left out.
 // What a block's language means:
 //
 //   - ```console: a shell session. A line starting with "$ " is a command
@@ -209,6 +211,8 @@ func parseReadme(r io.Reader) ([]readmeBlock, error) {
 				b.skip = l.reason
 			}
 			marker, open = "", b
+		case strings.HasPrefix(strings.TrimLeft(line, " \t>"), "```"), strings.HasPrefix(strings.TrimLeft(line, " \t>"), "~~~"):
+			return nil, fmt.Errorf("line %d: a fence is read only as ``` at the start of a line, got %q", n, line)
 		case strings.HasPrefix(line, "<!-- not run"):
 			m := notRunMarker.FindStringSubmatch(line)
 			if m == nil {
@@ -464,6 +468,8 @@ func TestReadmeConvention(t *testing.T) {
 	for _, tc := range []struct{ name, doc, err string }{
 		{"unknown language", fence + "ruby\nputs 1\n" + fence + "\n", `"ruby" is neither run nor known`},
 		{"unclosed fence", fence + "sh\necho\n", "unclosed fence"},
+		{"indented fence", "- a step:\n  " + fence + "sh\n  echo\n  " + fence + "\n", "at the start of a line"},
+		{"tilde fence", "~~~sh\necho\n~~~\n", "at the start of a line"},
 		{"marker before a block not run anyway", "<!-- not run: x -->\n" + fence + "yaml\na: 1\n" + fence + "\n", "not run anyway"},
 		{"marker before prose", "<!-- not run: x -->\nsome text\n" + fence + "sh\necho\n" + fence + "\n", "right before a fence"},
 		{"marker at the end", fence + "sh\necho\n" + fence + "\n<!-- not run: x -->\n", "no block after it"},

@@ -41,11 +41,12 @@ lint: ## gofmt and go vet
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-test-deps: ## make sure redis-server, python3 and node are installed (apt-get when root)
+test-deps: ## make sure redis-server, python3, node and OpenBSD nc (the README's) are installed (apt-get when root)
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	nc -h 2>&1 | grep -q -e '-N' || missing="$$missing netcat-openbsd"; \
 	[ -z "$$missing" ] && exit 0; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing$$missing with apt-get"; \

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
 	"testing"
 
@@ -118,60 +116,6 @@ func TestAlgorithmsUnderConcurrentCallers(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestReadmeAlgorithmExamples runs the README's examples of the other
-// algorithms: the Python and Node snippets as pasted next to a copy of the
-// client, and the requests of its console sessions, whose replies must
-// match those shown (times excepted, as in the protocol examples).
-func TestReadmeAlgorithmExamples(t *testing.T) {
-	t.Parallel()
-	r := redistest.Start(t)
-	sc := startSidecar(t, r.URL())
-	readme, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := regexp.MustCompile("(?s)\n## Token bucket and concurrency leases\n(.*?)\n## ").FindSubmatch(readme)
-	if section == nil {
-		t.Fatal("README.md has no section on token bucket and concurrency leases")
-	}
-	sessions := regexp.MustCompile("(?s)```console\n(.*?)```").FindAllSubmatch(section[1], -1)
-	if len(sessions) != 2 {
-		t.Fatalf("found %d console sessions in the section, want 2", len(sessions))
-	}
-	for i, s := range sessions {
-		reqs := regexp.MustCompile(`'(\{"op".*?\})'`).FindAllSubmatch(s[1], -1)
-		wants := regexp.MustCompile(`(?m)^\{"ok".*$`).FindAll(s[1], -1)
-		if len(reqs) == 0 || len(reqs) != len(wants) {
-			t.Fatalf("console session %d: %d requests, %d replies", i, len(reqs), len(wants))
-		}
-		c := sc.dial(t)
-		for j := range reqs {
-			got := c.do(string(reqs[j][1]))
-			if diffs := compareReply(t, string(wants[j]), got); len(diffs) > 0 {
-				t.Errorf("README console session %d: %s\n  got  %s\n  want %s\n  %s", i, reqs[j][1], got, wants[j], strings.Join(diffs, "\n  "))
-			}
-		}
-	}
-
-	for _, tc := range []struct{ fence, interpreter, file, client, want string }{
-		{"py", "python3", "example.py", filepath.Join("integration", "clients", "python", "quotad.py"), "released True"},
-		{"mjs", "node", "example.mjs", filepath.Join("integration", "clients", "node", "quotad.mjs"), "released true"},
-	} {
-		t.Run(tc.fence, func(t *testing.T) {
-			// A sidecar of its own (its own key prefix): the console
-			// sessions' takes on alice's bucket refill at 10 per second, and
-			// 19 tokens left must not depend on how long ago they ran.
-			sc := startSidecar(t, r.URL())
-			out := runReadmeSnippet(t, readme, tc.fence, tc.interpreter, tc.file, tc.client, sc.socket)
-			if !strings.Contains(out, "tokens left 19") || !strings.Contains(out, tc.want) {
-				t.Fatalf("README %s example printed %q, want 19 tokens left and the lease released", tc.fence, out)
-			}
-			assertKeysHaveTTL(t, r, sc.prefix)
-		})
-	}
-	assertKeysHaveTTL(t, r, sc.prefix)
 }
 
 // TestCLIAlgorithms: the binary is its own client for every algorithm, and

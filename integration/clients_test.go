@@ -3,11 +3,8 @@ package integration_test
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 
 	"quotad/integration/redistest"
@@ -43,68 +40,4 @@ func TestNonGoClients(t *testing.T) {
 		})
 	}
 	assertKeysHaveTTL(t, r, sc.prefix)
-}
-
-// TestReadmeExamples runs the Python and Node snippets of README.md as a
-// newcomer would paste them: next to a copy of the client, with the sidecar's
-// socket at ./quotad.sock.
-func TestReadmeExamples(t *testing.T) {
-	t.Parallel()
-	r := redistest.Start(t)
-	sc := startSidecar(t, r.URL())
-	readme, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct{ fence, interpreter, file, client string }{
-		{"python", "python3", "example.py", filepath.Join("integration", "clients", "python", "quotad.py")},
-		{"js", "node", "example.mjs", filepath.Join("integration", "clients", "node", "quotad.mjs")},
-	} {
-		t.Run(tc.fence, func(t *testing.T) {
-			out := runReadmeSnippet(t, readme, tc.fence, tc.interpreter, tc.file, tc.client, sc.socket)
-			if !strings.Contains(out, "used 2 of 5") || !strings.Contains(out, "allowed") {
-				t.Fatalf("README %s example printed %q, want the take's usage and the batch count", tc.fence, out)
-			}
-		})
-	}
-	assertKeysHaveTTL(t, r, sc.prefix)
-}
-
-// runReadmeSnippet runs the README's ```fence example with interpreter, in
-// a folder holding it as file, the client library at client (a path from
-// the module root) and quotad.sock linked to socket, and returns what it
-// printed.
-func runReadmeSnippet(t *testing.T, readme []byte, fence, interpreter, file, client, socket string) string {
-	t.Helper()
-	m := regexp.MustCompile("(?s)```" + fence + "\n(.*?)```").FindSubmatch(readme)
-	if m == nil {
-		t.Fatalf("README.md has no ```%s example", fence)
-	}
-	dir := t.TempDir()
-	lib, err := os.ReadFile(filepath.Join(moduleRoot, client))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range map[string][]byte{file: m[1], filepath.Base(client): lib} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink(socket, filepath.Join(dir, "quotad.sock")); err != nil {
-		t.Fatal(err)
-	}
-	bin, err := exec.LookPath(interpreter)
-	if err != nil {
-		t.Fatalf("%s is required for the README's example and is not on PATH: %v", interpreter, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, file)
-	cmd.Dir = dir
-	cmd.Env = cleanEnv()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("README %s example: %v\n%s", fence, err, out)
-	}
-	return string(out)
 }

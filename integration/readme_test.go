@@ -1,0 +1,555 @@
+package integration_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestReadme reads README.md from top to bottom and runs its examples in
+// that order, as a newcomer pastes them, against one sidecar started as
+// `make run` starts it: the embedded store, listening on ./quotad.sock in a
+// fresh working directory. That directory also holds bin/quotad, the binary
+// under test, where `make run` leaves it (it is not on PATH, as it is not
+// for a reader), and copies of the Python and Node clients, as the README
+// says to copy them. Each fenced block is a subtest named after its line,
+// run or skipped with its reason.
+//
+// A fence is ``` at the start of a line; an indented fence (in a list
+// item, a quote) or a ~~~ fence is an error rather than a block left out.
+// What a block's language means:
+//
+//   - ```console: a shell session. A line starting with "$ " is a command
+//     (a line ending in "\" continues on the next); the lines after it, up
+//     to the next "$ ", are what it prints, stdout and stderr together.
+//     Each command runs on its own with `bash -o pipefail -c` and must
+//     exit 0.
+//   - ```sh, ```bash, ```shell: a script, run whole with
+//     `bash -e -o pipefail`.
+//   - ```python, ```py: run with python3.
+//   - ```js, ```mjs: an ES module, run with node.
+//   - ```text right after a script, Python or Node block (blank lines
+//     between at most) is what that block prints. A block of those
+//     languages with no ```text after it must print nothing. A ```text
+//     block after a block that is not run is shown, not checked.
+//   - ```yaml and blocks without a language are not programs and are not
+//     run. Any other language fails the test until it is given a meaning
+//     here (readmeLanguages).
+//
+// A block of a runnable language that must not run (it needs a cluster,
+// serves until Ctrl-C, runs a long benchmark) has a marker on its own line
+// right before its fence, blank lines between at most:
+//
+//	<!-- not run: needs a Kubernetes cluster -->
+//
+// The reason is required and shows as the subtest's skip message
+// (`go test -v -run TestReadme ./integration/`). A marker before a block
+// that would not run anyway, or before anything but a fence, is an error.
+//
+// Expected output is compared line by line, ignoring trailing spaces. In an
+// expected line, "…" stands for any text within the line (a version, a
+// duration). A line that is a protocol reply ({"ok":...}) and has no "…"
+// compares as PROTOCOL.md's examples do (compareReply): the same fields in
+// the same order with equal values, except that a non-zero reset_ms or
+// retry_after_ms may be anything from 1 to 60000, a message any non-empty
+// text and a version any string. Every other line must be equal.
+func TestReadme(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open(filepath.Join(moduleRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := parseReadme(f)
+	f.Close()
+	if err != nil {
+		t.Fatalf("README.md: %v", err)
+	}
+	w := newReadmeWorkdir(t)
+	sc := launchSidecar(t, filepath.Join(w.dir, "quotad.sock"), "")
+	sc.waitReady(t)
+
+	ran := 0
+	for _, b := range blocks {
+		t.Run(b.name(), func(t *testing.T) {
+			if b.skip != "" {
+				t.Skip(b.skip)
+			}
+			ran++
+			w.runBlock(t, b)
+		})
+	}
+	if ran == 0 {
+		t.Fatal("README.md has no example that runs")
+	}
+	t.Logf("README.md: ran %d of %d blocks", ran, len(blocks))
+}
+
+// readmeKind is what the runner does with a block.
+type readmeKind int
+
+const (
+	kindNotRun  readmeKind = iota // not a program
+	kindOutput                    // the output of the block before it
+	kindSession                   // a console session: commands and their output
+	kindShell                     // a shell script
+	kindPython                    // a Python program
+	kindNode                      // a Node ES module
+)
+
+// readmeLanguages maps every fence language README.md may use to its kind;
+// for kindNotRun, the value's reason is shown when the block is skipped.
+var readmeLanguages = map[string]struct {
+	kind   readmeKind
+	reason string
+}{
+	"console": {kind: kindSession},
+	"sh":      {kind: kindShell},
+	"bash":    {kind: kindShell},
+	"shell":   {kind: kindShell},
+	"python":  {kind: kindPython},
+	"py":      {kind: kindPython},
+	"js":      {kind: kindNode},
+	"mjs":     {kind: kindNode},
+	"text":    {kind: kindOutput},
+	"yaml":    {kind: kindNotRun, reason: "a yaml file, not a program"},
+	"":        {kind: kindNotRun, reason: "no language: text to copy, not a program"},
+}
+
+// readmeBlock is one fenced block of README.md other than an output block.
+type readmeBlock struct {
+	line   int    // line number of the opening fence
+	lang   string // the fence's info string
+	kind   readmeKind
+	body   []string // the lines between the fences
+	skip   string   // why the block is not run; "" if it is
+	output []string // the ```text block after it; nil if none
+}
+
+func (b readmeBlock) name() string {
+	lang := b.lang
+	if lang == "" {
+		lang = "plain"
+	}
+	return fmt.Sprintf("L%d_%s", b.line, lang)
+}
+
+var notRunMarker = regexp.MustCompile(`^<!-- not run: (\S.*?) -->$`)
+
+// parseReadme splits a README into its fenced blocks in reading order,
+// attaches output blocks and markers to the block they belong to, and
+// rejects whatever breaks the convention above.
+func parseReadme(r io.Reader) ([]readmeBlock, error) {
+	var (
+		blocks []readmeBlock
+		// open is the block whose fence is open; nil outside a fence.
+		open *readmeBlock
+		// marker is the reason of a marker not yet followed by its fence,
+		// and markerLine its line.
+		marker     string
+		markerLine int
+		// adjacent: only blank lines since the last block closed, so an
+		// output block here belongs to it.
+		adjacent bool
+		// lastOutput: the last block closed was an output block.
+		lastOutput bool
+	)
+	sc := bufio.NewScanner(r)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		if open != nil {
+			if line == "```" {
+				if open.kind == kindOutput {
+					prev := &blocks[len(blocks)-1]
+					prev.output = append([]string{}, open.body...)
+					lastOutput = true
+				} else {
+					blocks = append(blocks, *open)
+					lastOutput = false
+				}
+				open, adjacent = nil, true
+				continue
+			}
+			open.body = append(open.body, line)
+			continue
+		}
+		switch {
+		case strings.HasPrefix(line, "```"):
+			lang := strings.TrimSpace(strings.TrimPrefix(line, "```"))
+			l, ok := readmeLanguages[lang]
+			if !ok {
+				return nil, fmt.Errorf("line %d: fence language %q is neither run nor known not to be; give it a meaning in readmeLanguages", n, lang)
+			}
+			b := &readmeBlock{line: n, lang: lang, kind: l.kind}
+			switch {
+			case l.kind == kindOutput:
+				if marker != "" {
+					return nil, fmt.Errorf("line %d: a not-run marker before an output block", markerLine)
+				}
+				if !adjacent || len(blocks) == 0 || lastOutput {
+					return nil, fmt.Errorf("line %d: a ```text block holds the output of the block right before it, and there is none", n)
+				}
+				if blocks[len(blocks)-1].kind == kindSession {
+					return nil, fmt.Errorf("line %d: a console session shows its output after each command, not in a ```text block", n)
+				}
+			case marker != "":
+				if l.kind == kindNotRun {
+					return nil, fmt.Errorf("line %d: a not-run marker before a %q block, which is not run anyway", markerLine, lang)
+				}
+				b.skip = "not run: " + marker
+			case l.kind == kindNotRun:
+				b.skip = l.reason
+			}
+			marker, open = "", b
+		case strings.HasPrefix(strings.TrimLeft(line, " \t>"), "```"), strings.HasPrefix(strings.TrimLeft(line, " \t>"), "~~~"):
+			return nil, fmt.Errorf("line %d: a fence is read only as ``` at the start of a line, got %q", n, line)
+		case strings.HasPrefix(line, "<!-- not run"):
+			m := notRunMarker.FindStringSubmatch(line)
+			if m == nil {
+				return nil, fmt.Errorf("line %d: a marker is written <!-- not run: reason -->, got %q", n, line)
+			}
+			if marker != "" {
+				return nil, fmt.Errorf("line %d: a second marker before one block", n)
+			}
+			marker, markerLine = m[1], n
+		case strings.TrimSpace(line) != "":
+			if marker != "" {
+				return nil, fmt.Errorf("line %d: a not-run marker must come right before a fence", markerLine)
+			}
+			adjacent = false
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if open != nil {
+		return nil, fmt.Errorf("line %d: unclosed fence", open.line)
+	}
+	if marker != "" {
+		return nil, fmt.Errorf("line %d: a not-run marker with no block after it", markerLine)
+	}
+	return blocks, nil
+}
+
+// sessionCommand is one "$ " command of a console session.
+type sessionCommand struct {
+	line int // README line of its "$ "
+	cmd  string
+	want []string
+}
+
+// sessionCommands splits a console block into its commands.
+func sessionCommands(b readmeBlock) ([]sessionCommand, error) {
+	var cmds []sessionCommand
+	continued := false
+	for i, line := range b.body {
+		n := b.line + 1 + i
+		switch {
+		case continued:
+			c := &cmds[len(cmds)-1]
+			c.cmd += "\n" + line
+			continued = strings.HasSuffix(line, `\`)
+		case strings.HasPrefix(line, "$ "):
+			cmd := strings.TrimPrefix(line, "$ ")
+			if strings.TrimSpace(cmd) == "" {
+				return nil, fmt.Errorf("line %d: an empty command", n)
+			}
+			cmds = append(cmds, sessionCommand{line: n, cmd: cmd})
+			continued = strings.HasSuffix(line, `\`)
+		case len(cmds) == 0:
+			return nil, fmt.Errorf("line %d: a console session starts with a \"$ \" command, got %q", n, line)
+		default:
+			c := &cmds[len(cmds)-1]
+			c.want = append(c.want, line)
+		}
+	}
+	if len(cmds) == 0 {
+		return nil, fmt.Errorf("line %d: a console session without a command", b.line)
+	}
+	if continued {
+		return nil, fmt.Errorf("line %d: the session ends inside a command continued with \\", b.line)
+	}
+	return cmds, nil
+}
+
+// matchOutput lists how the lines got differ from the lines want, by the
+// rules above.
+func matchOutput(t *testing.T, want, got []string) []string {
+	t.Helper()
+	var diffs []string
+	if len(got) != len(want) {
+		diffs = append(diffs, fmt.Sprintf("%d lines, want %d", len(got), len(want)))
+	}
+	for i := range min(len(got), len(want)) {
+		w, g := strings.TrimRight(want[i], " \t"), strings.TrimRight(got[i], " \t")
+		switch {
+		case strings.Contains(w, "…"):
+			parts := strings.Split(w, "…")
+			for j := range parts {
+				parts[j] = regexp.QuoteMeta(parts[j])
+			}
+			if !regexp.MustCompile("^" + strings.Join(parts, ".*") + "$").MatchString(g) {
+				diffs = append(diffs, fmt.Sprintf("line %d: %q does not match %q", i+1, g, w))
+			}
+		case isReplyLine(w):
+			rep, err := parseReply(g)
+			if err != nil {
+				diffs = append(diffs, fmt.Sprintf("line %d: %v, want a reply like %s", i+1, err, w))
+				continue
+			}
+			for _, d := range compareReply(t, w, rep) {
+				diffs = append(diffs, fmt.Sprintf("line %d: %s", i+1, d))
+			}
+		case g != w:
+			diffs = append(diffs, fmt.Sprintf("line %d: %q, want %q", i+1, g, w))
+		}
+	}
+	return diffs
+}
+
+func isReplyLine(s string) bool {
+	if !strings.HasPrefix(s, "{") {
+		return false
+	}
+	_, err := parseReply(s)
+	return err == nil
+}
+
+// outputLines splits what a program printed into lines.
+func outputLines(out string) []string {
+	out = strings.TrimSuffix(out, "\n")
+	if out == "" {
+		return nil
+	}
+	return strings.Split(out, "\n")
+}
+
+// readmeWorkdir is the directory the README's examples run in, with the
+// environment they run with.
+type readmeWorkdir struct {
+	dir string
+	env []string
+}
+
+// newReadmeWorkdir makes a working directory as a newcomer's checkout
+// after `make run` looks to the examples: bin/quotad and the clients the
+// README says to copy. It lives under the system temp dir so that
+// ./quotad.sock stays within the 107 bytes of a socket path.
+func newReadmeWorkdir(t *testing.T) readmeWorkdir {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "readme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(quotadBin, filepath.Join(bin, "quotad")); err != nil {
+		t.Fatal(err)
+	}
+	installReadmeClients(t, dir)
+	return readmeWorkdir{
+		dir: dir,
+		env: cleanEnv("PYTHONDONTWRITEBYTECODE=1"),
+	}
+}
+
+// installReadmeClients puts the Python and Node clients where the README's
+// snippets import them from: copies of the single-file clients next to the
+// snippet, as the README tells a reader to copy them.
+func installReadmeClients(t *testing.T, dir string) {
+	t.Helper()
+	for _, client := range []string{
+		filepath.Join("integration", "clients", "python", "quotad.py"),
+		filepath.Join("integration", "clients", "node", "quotad.mjs"),
+	} {
+		b, err := os.ReadFile(filepath.Join(moduleRoot, client))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(client)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// run runs a program of an example in the working directory and returns
+// what it printed (stdout and stderr as they interleave) and its exit code.
+func (w readmeWorkdir) run(t *testing.T, program string, args ...string) (string, int) {
+	t.Helper()
+	bin, err := exec.LookPath(program)
+	if err != nil {
+		t.Fatalf("%s runs the README's examples and is not on PATH (make test-deps installs it): %v", program, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = w.dir
+	cmd.Env = w.env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %s still running after %v:\n%s", program, strings.Join(args, " "), cliTimeout, out.String())
+	}
+	if err != nil {
+		if _, ok := errors.AsType[*exec.ExitError](err); !ok {
+			t.Fatalf("run %s: %v", program, err)
+		}
+	}
+	return out.String(), exitCodeOf(err)
+}
+
+// runBlock runs one block and checks what it printed.
+func (w readmeWorkdir) runBlock(t *testing.T, b readmeBlock) {
+	t.Helper()
+	if b.kind == kindSession {
+		cmds, err := sessionCommands(b)
+		if err != nil {
+			t.Fatalf("README.md: %v", err)
+		}
+		for _, c := range cmds {
+			out, code := w.run(t, "bash", "-o", "pipefail", "-c", c.cmd)
+			if code != 0 {
+				t.Errorf("README.md:%d: %s\nexit %d:\n%s", c.line, c.cmd, code, out)
+				continue
+			}
+			if diffs := matchOutput(t, c.want, outputLines(out)); len(diffs) > 0 {
+				t.Errorf("README.md:%d: %s\n  %s\ngot:\n%s\nwant:\n%s", c.line, c.cmd,
+					strings.Join(diffs, "\n  "), out, strings.Join(c.want, "\n"))
+			}
+		}
+		return
+	}
+	program, file, args := "", "", []string(nil)
+	switch b.kind {
+	case kindShell:
+		program, file = "bash", fmt.Sprintf("readme-%d.sh", b.line)
+		args = []string{"-e", "-o", "pipefail", file}
+	case kindPython:
+		program, file = "python3", fmt.Sprintf("readme-%d.py", b.line)
+		args = []string{file}
+	case kindNode:
+		program, file = "node", fmt.Sprintf("readme-%d.mjs", b.line)
+		args = []string{file}
+	default:
+		t.Fatalf("README.md:%d: a %q block cannot run", b.line, b.lang)
+	}
+	if err := os.WriteFile(filepath.Join(w.dir, file), []byte(strings.Join(b.body, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := w.run(t, program, args...)
+	if code != 0 {
+		t.Fatalf("README.md:%d: %s %s: exit %d:\n%s", b.line, program, b.lang, code, out)
+	}
+	if diffs := matchOutput(t, b.output, outputLines(out)); len(diffs) > 0 {
+		t.Errorf("README.md:%d: the %s example printed what the README does not show:\n  %s\ngot:\n%s\nwant:\n%s",
+			b.line, b.lang, strings.Join(diffs, "\n  "), out, strings.Join(b.output, "\n"))
+	}
+}
+
+// TestReadmeConvention guards the runner itself: what it rejects, what it
+// skips, and what its matcher forgives.
+func TestReadmeConvention(t *testing.T) {
+	t.Parallel()
+	const fence = "```"
+	for _, tc := range []struct{ name, doc, err string }{
+		{"unknown language", fence + "ruby\nputs 1\n" + fence + "\n", `"ruby" is neither run nor known`},
+		{"unclosed fence", fence + "sh\necho\n", "unclosed fence"},
+		{"indented fence", "- a step:\n  " + fence + "sh\n  echo\n  " + fence + "\n", "at the start of a line"},
+		{"tilde fence", "~~~sh\necho\n~~~\n", "at the start of a line"},
+		{"marker before a block not run anyway", "<!-- not run: x -->\n" + fence + "yaml\na: 1\n" + fence + "\n", "not run anyway"},
+		{"marker before prose", "<!-- not run: x -->\nsome text\n" + fence + "sh\necho\n" + fence + "\n", "right before a fence"},
+		{"marker at the end", fence + "sh\necho\n" + fence + "\n<!-- not run: x -->\n", "no block after it"},
+		{"marker without a reason", "<!-- not run -->\n" + fence + "sh\necho\n" + fence + "\n", "<!-- not run: reason -->"},
+		{"two markers", "<!-- not run: x -->\n<!-- not run: y -->\n" + fence + "sh\necho\n" + fence + "\n", "a second marker"},
+		{"output block first", fence + "text\nhi\n" + fence + "\n", "there is none"},
+		{"output block after prose", fence + "sh\necho hi\n" + fence + "\nIt prints:\n" + fence + "text\nhi\n" + fence + "\n", "there is none"},
+		{"two output blocks", fence + "sh\necho hi\n" + fence + "\n" + fence + "text\nhi\n" + fence + "\n" + fence + "text\nhi\n" + fence + "\n", "there is none"},
+		{"output block after a session", fence + "console\n$ echo hi\nhi\n" + fence + "\n" + fence + "text\nhi\n" + fence + "\n", "after each command"},
+	} {
+		if _, err := parseReadme(strings.NewReader(tc.doc)); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.err)
+		}
+	}
+
+	doc := strings.Join([]string{
+		"# Title",
+		fence + "python", "print('hi')", fence,
+		"", fence + "text", "hi", fence,
+		"<!-- not run: needs a cluster -->", "", fence + "sh", "kubectl apply -k .", fence,
+		fence + "yaml", "a: 1", fence,
+		fence + "console", "$ printf '%s\\n' a \\", "    b", "a", "b", "$ true", fence,
+		fence + "sh", "true", fence,
+		"",
+	}, "\n")
+	blocks, err := parseReadme(strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type summary struct {
+		line   int
+		kind   readmeKind
+		skip   string
+		output string
+	}
+	var got []summary
+	for _, b := range blocks {
+		got = append(got, summary{b.line, b.kind, b.skip, strings.Join(b.output, "|")})
+	}
+	want := []summary{
+		{2, kindPython, "", "hi"},
+		{11, kindShell, "not run: needs a cluster", ""},
+		{14, kindNotRun, "a yaml file, not a program", ""},
+		{17, kindSession, "", ""},
+		{24, kindShell, "", ""},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("blocks\n  %v\nwant\n  %v", got, want)
+	}
+	cmds, err := sessionCommands(blocks[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cmds) != 2 || cmds[0].cmd != "printf '%s\\n' a \\\n    b" || strings.Join(cmds[0].want, "|") != "a|b" ||
+		cmds[1].line != 22 || cmds[1].cmd != "true" || cmds[1].want != nil {
+		t.Errorf("session commands %+v", cmds)
+	}
+	if _, err := sessionCommands(readmeBlock{line: 1, body: []string{"output first", "$ true"}}); err == nil {
+		t.Error("a session starting with output was accepted")
+	}
+
+	const take = `{"ok":true,"allowed":true,"replay":false,"limit":5,"used":1,"remaining":4,"reset_ms":60000,"retry_after_ms":0}`
+	for _, tc := range []struct {
+		want, got []string
+		diffs     int
+	}{
+		{[]string{"go ahead"}, []string{"go ahead  "}, 0},
+		{[]string{"go ahead"}, []string{"go"}, 1},
+		{[]string{"go ahead"}, []string{"go ahead", "more"}, 1},
+		{nil, []string{"unexpected"}, 1},
+		{[]string{`{"ok":true,"version":"…","ready":true}`}, []string{`{"ok":true,"version":"v1.2.3","ready":true}`}, 0},
+		{[]string{`{"ok":true,"version":"…","ready":true}`}, []string{`{"ok":true,"version":"v1.2.3","ready":false}`}, 1},
+		{[]string{"took … ms"}, []string{"took 12 ms"}, 0},
+		{[]string{"took … ms"}, []string{"took 12 s"}, 1},
+		{[]string{take}, []string{strings.Replace(take, "60000", "59990", 1)}, 0},
+		{[]string{take}, []string{strings.Replace(take, `"used":1`, `"used":2`, 1)}, 1},
+		{[]string{take}, []string{"not json"}, 1},
+	} {
+		if diffs := matchOutput(t, tc.want, tc.got); len(diffs) != tc.diffs {
+			t.Errorf("want %q, got %q: %d differences %q, want %d", tc.want, tc.got, len(diffs), diffs, tc.diffs)
+		}
+	}
+}

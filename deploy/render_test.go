@@ -495,6 +495,37 @@ func TestHelmChartLintsAndRenders(t *testing.T) {
 	}
 }
 
+// A chart of a user's own that includes the named templates, as
+// deploy/helm/examples/web does, with quotad as its dependency (copied into
+// a temporary charts/ as helm dependency update would).
+func TestHelmNamedTemplatesInAnotherChart(t *testing.T) {
+	helm := tool(t, "helm", helmPkg)
+	tmp := t.TempDir()
+	web := filepath.Join(tmp, "web")
+	if err := os.CopyFS(web, os.DirFS(filepath.Join("helm", "examples", "web"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(filepath.Join(web, "charts", "quotad"), os.DirFS(filepath.Join("helm", "quotad"))); err != nil {
+		t.Fatal(err)
+	}
+	runTool(t, helm, "lint", "--strict", web)
+	out := runTool(t, helm, "template", "web", web, "--kube-version", kubeVersion)
+	r := decodeAll(t, "helm template examples/web", out)
+	d := r.deployments["web"]
+	if d == nil {
+		t.Fatalf("no Deployment web: %v", r.deployments)
+	}
+	q := checkSidecarPod(t, "examples/web", &d.Spec.Template.Spec, r)
+	checkDoctor(t, "examples/web", q, r)
+	checkSelects(t, "examples/web", d, q, r)
+	if q.Image != "registry.example.com/quotad:v1.2.3" || r.configMaps["web-quotad-redis"].Data["url"] != "redis://redis.shared.svc.cluster.local:6379" {
+		t.Errorf("the templates did not read the quotad values of the parent chart: image %s, redis %v", q.Image, r.configMaps["web-quotad-redis"].Data)
+	}
+	if len(r.pdbs) != 1 || len(r.podMonitors) != 1 || len(r.rules) != 1 {
+		t.Errorf("want the PDB, PodMonitor and rules the values enable: %d %d %d", len(r.pdbs), len(r.podMonitors), len(r.rules))
+	}
+}
+
 // The Makefile's test-deps installs the versions the tests use.
 func TestMakefileInstallsTheRenderers(t *testing.T) {
 	mk, err := os.ReadFile(filepath.Join("..", "Makefile"))

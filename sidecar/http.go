@@ -30,16 +30,16 @@ func (s *Server) HTTPHandler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		check(w, s.ready(r.Context()), "ready", "not ready")
+		writeProbe(w, s.ready(r.Context()), "ready", "not ready")
 	})
 	mux.HandleFunc("GET /redisz", func(w http.ResponseWriter, r *http.Request) {
-		check(w, s.redisHealth(r.Context()), "redis ok", "redis not ok")
+		writeProbe(w, s.redisHealth(r.Context()), "redis ok", "redis not ok")
 	})
 	return mux
 }
 
-// check writes a probe's answer: 200 and ok, or 503 and bad with err.
-func check(w http.ResponseWriter, err error, ok, bad string) {
+// writeProbe writes a probe's answer: 200 and ok, or 503 and bad with err.
+func writeProbe(w http.ResponseWriter, err error, ok, bad string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)

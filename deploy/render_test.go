@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,7 +14,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -22,6 +25,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"quotad/integration/redistest"
+	"quotad/protocol"
 	"quotad/sidecar"
 )
 
@@ -250,29 +255,39 @@ func checkSidecarPod(t *testing.T, where string, spec *corev1.PodSpec, r *render
 	if apps == 0 {
 		t.Errorf("%s: no container mounts the socket's volume %s at %s", where, shared, dir)
 	}
-	// The policies the sidecar loads are valid.
+	policies(t, where, spec, q, r)
+	sc := q.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("%s: quotad wants a read-only root and no privilege escalation", where)
+	}
+	return q
+}
+
+// policies returns the policy file the sidecar loads (QUOTAD_CONFIG, in
+// a mounted ConfigMap), which must be valid and name at least one policy.
+func policies(t *testing.T, where string, spec *corev1.PodSpec, q *corev1.Container, r *rendered) *sidecar.Config {
+	t.Helper()
 	cfg := env(q, "QUOTAD_CONFIG")
 	if cfg == nil {
 		t.Fatalf("%s: quotad has no QUOTAD_CONFIG", where)
 	}
-	for _, m := range q.VolumeMounts {
-		v := volumes[m.Name]
-		if v == nil || v.ConfigMap == nil || m.MountPath != filepath.Dir(cfg.Value) {
+	for _, v := range spec.Volumes {
+		m := mount(q, v.Name)
+		if v.ConfigMap == nil || m == nil || m.MountPath != filepath.Dir(cfg.Value) {
 			continue
 		}
 		cm := r.configMaps[v.ConfigMap.Name]
 		if cm == nil {
 			t.Fatalf("%s: volume %s names ConfigMap %s, which is not rendered", where, v.Name, v.ConfigMap.Name)
 		}
-		if _, err := sidecar.ParseConfig([]byte(cm.Data[filepath.Base(cfg.Value)])); err != nil {
-			t.Errorf("%s: ConfigMap %s: %v", where, cm.Name, err)
+		c, err := sidecar.ParseConfig([]byte(cm.Data[filepath.Base(cfg.Value)]))
+		if err != nil || len(c.Policies) == 0 {
+			t.Fatalf("%s: ConfigMap %s key %s: %v, %d policies", where, cm.Name, filepath.Base(cfg.Value), err, len(c.Policies))
 		}
+		return c
 	}
-	sc := q.SecurityContext
-	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		t.Errorf("%s: quotad wants a read-only root and no privilege escalation", where)
-	}
-	return q
+	t.Fatalf("%s: QUOTAD_CONFIG %s is not in a mounted ConfigMap", where, cfg.Value)
+	return nil
 }
 
 // checkProbes: startup and readiness GET /readyz, liveness GET /healthz,
@@ -400,6 +415,7 @@ func TestKustomizeRendersEveryKustomization(t *testing.T) {
 	if ov.configMaps["quotad-redis"].Data["url"] != "redis://redis.shared.svc.cluster.local:6379" {
 		t.Errorf("%s: quotad-redis %v; want the overlay's URL over the Component's", overlay, ov.configMaps["quotad-redis"].Data)
 	}
+	runSidecar(t, overlay, &web.Spec.Template.Spec, q, ov)
 
 	mon := kustomize(t, filepath.Join(dir, "monitoring"))
 	if len(mon.podMonitors) != 1 || len(mon.rules) != 1 || mon.configMaps["quotad-dashboard"] == nil {
@@ -458,6 +474,7 @@ func TestHelmChartLintsAndRenders(t *testing.T) {
 	q := checkSidecarPod(t, "helm example", &d.Spec.Template.Spec, r)
 	checkDoctor(t, "helm", q, r)
 	checkSelects(t, "helm", d, q, r)
+	runSidecar(t, "helm example", &d.Spec.Template.Spec, q, r)
 	if p := env(q, "QUOTAD_REDIS_PASSWORD"); p == nil || p.ValueFrom.SecretKeyRef.Name != "quotad-redis" {
 		t.Errorf("redis.passwordSecret.name: QUOTAD_REDIS_PASSWORD is %+v", p)
 	}
@@ -518,6 +535,7 @@ func TestHelmNamedTemplatesInAnotherChart(t *testing.T) {
 	q := checkSidecarPod(t, "examples/web", &d.Spec.Template.Spec, r)
 	checkDoctor(t, "examples/web", q, r)
 	checkSelects(t, "examples/web", d, q, r)
+	runSidecar(t, "examples/web", &d.Spec.Template.Spec, q, r)
 	if q.Image != "registry.example.com/quotad:v1.2.3" || r.configMaps["web-quotad-redis"].Data["url"] != "redis://redis.shared.svc.cluster.local:6379" {
 		t.Errorf("the templates did not read the quotad values of the parent chart: image %s, redis %v", q.Image, r.configMaps["web-quotad-redis"].Data)
 	}
@@ -751,5 +769,118 @@ func checkQueries(t *testing.T, metrics map[string]map[string]bool) {
 				}
 			}
 		}
+	}
+}
+
+// runSidecar runs a rendered pod's quotad container as the manifest says
+// (volumes as directories, ConfigMaps as files, env resolved) against a
+// real Redis: its probes pass, the socket has the mode it asks for, and a
+// take of the first policy through the app container's socket path is
+// allowed. SIGTERM stops it cleanly.
+func runSidecar(t *testing.T, where string, spec *corev1.PodSpec, q *corev1.Container, r *rendered) {
+	t.Helper()
+	redis := redistest.Start(t)
+	root, err := os.MkdirTemp("", "qr") // short: a socket path holds 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	p := &pod{root: root, mounts: map[string]string{}, vars: map[string]string{"status.podIP": "127.0.0.1"}, configMaps: r.configMaps}
+	for _, v := range spec.Volumes {
+		local := filepath.Join(root, v.Name)
+		if err := os.MkdirAll(local, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if v.ConfigMap != nil {
+			for k, data := range r.configMaps[v.ConfigMap.Name].Data {
+				if err := os.WriteFile(filepath.Join(local, k), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if m := mount(q, v.Name); m != nil {
+			p.mounts[m.MountPath] = local
+		}
+	}
+	httpAddr := freeAddr(t)
+	var log bytes.Buffer
+	serve := exec.Command(quotadBin, q.Args...)
+	serve.Env = p.environ(t, q, map[string]string{"QUOTAD_REDIS_URL": redis.URL(), "QUOTAD_HTTP_ADDR": httpAddr})
+	serve.Stdout, serve.Stderr = &log, &log
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = serve.Wait(); close(exited) }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = serve.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("%s: quotad log:\n%s", where, log.String())
+		}
+	})
+
+	for _, pr := range []*corev1.Probe{q.StartupProbe, q.ReadinessProbe, q.LivenessProbe} {
+		deadline := time.Now().Add(waitTimeout)
+		for {
+			code, body, err := httpGet("http://" + httpAddr + pr.HTTPGet.Path)
+			if err == nil && code >= 200 && code < 400 {
+				break
+			}
+			select {
+			case <-exited:
+				t.Fatalf("%s: quotad exited (%v) before its probe GET %s passed", where, waitErr, pr.HTTPGet.Path)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: probe GET %s: %d %s %v", where, pr.HTTPGet.Path, code, body, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	sock := p.path(env(q, "QUOTAD_SOCKET").Value)
+	st, err := os.Stat(sock)
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	if m := env(q, "QUOTAD_SOCKET_MODE"); m != nil && fmt.Sprintf("%04o", st.Mode().Perm()) != m.Value {
+		t.Errorf("%s: socket mode %04o, want QUOTAD_SOCKET_MODE %s", where, st.Mode().Perm(), m.Value)
+	}
+	cfg := policies(t, where, spec, q, r)
+	names := make([]string, 0, len(cfg.Policies))
+	for n := range cfg.Policies {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	c, err := protocol.Dial(ctx, sock)
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	reply, raw, err := c.Call(ctx, map[string]any{"op": "take", "subject": "render-test", "policy": names[0]})
+	c.Close()
+	if err != nil || !reply.OK || !reply.Allowed || reply.Used != 1 {
+		t.Fatalf("%s: take of policy %s: %s %v; want allowed, used 1", where, names[0], raw, err)
+	}
+
+	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	stopped = true
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Fatalf("%s: quotad after SIGTERM: %v", where, waitErr)
+		}
+	case <-time.After(waitTimeout):
+		_ = serve.Process.Kill()
+		<-exited
+		t.Fatalf("%s: quotad did not stop after SIGTERM", where)
 	}
 }

@@ -62,6 +62,12 @@ func TestOperatingTheSidecar(t *testing.T) {
 	if code, body := httpGet(t, "http://"+addr+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz: %d %s", code, body)
 	}
+	if code, body := httpGet(t, "http://"+addr+"/redisz"); code != http.StatusOK {
+		t.Fatalf("/redisz: %d %s", code, body)
+	}
+	if out, stderr, code := p.cli(t, "ping", "--redis"); code != 0 {
+		t.Fatalf("ping --redis with redis up: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
 
 	c := p.dial(t)
 	wantTake(t, c.do(`{"op":"take","subject":"alice","policy":"api"}`), true, false, 1, 1)

@@ -459,6 +459,16 @@ func TestHelmChartLintsAndRenders(t *testing.T) {
 	runTool(t, helm, "lint", "--strict", chart)
 	runTool(t, helm, append([]string{"lint", "--strict", chart}, all...)...)
 
+	// values.schema.json refuses a misspelt or ill-typed value, which helm
+	// would otherwise ignore.
+	for _, bad := range []string{"maxConn=5", "logDecisions=some", "redis.url=redis.local:6379"} {
+		cmd := exec.Command(helm, "template", "quotad", chart, "--kube-version", kubeVersion, "--set", bad)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "schema") {
+			t.Errorf("helm template --set %s: %v\n%s; want a schema error", bad, err, out)
+		}
+	}
+
 	// Defaults: the config and the doctor, nothing that needs CRDs.
 	def := helmTemplate(t)
 	if len(def.deployments)+len(def.podMonitors)+len(def.rules)+len(def.pdbs) != 0 || len(def.cronJobs) != 1 || len(def.configMaps) != 2 {

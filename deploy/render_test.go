@@ -22,7 +22,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"quotad/integration/redistest"
@@ -94,11 +93,13 @@ func runTool(t *testing.T, bin string, args ...string) []byte {
 // manifests use; the strict decode refuses any other field, as it would a
 // typo. (The prometheus-operator module is far larger than these.)
 type podMonitor struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Metadata   metav1.ObjectMeta `json:"metadata"`
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Metadata   metadata `json:"metadata"`
 	Spec       struct {
-		Selector            metav1.LabelSelector `json:"selector"`
+		Selector struct {
+			MatchLabels map[string]string `json:"matchLabels"`
+		} `json:"selector"`
 		PodMetricsEndpoints []struct {
 			Port     string `json:"port"`
 			Path     string `json:"path"`
@@ -108,10 +109,15 @@ type podMonitor struct {
 }
 
 type prometheusRule struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Metadata   metav1.ObjectMeta `json:"metadata"`
-	Spec       ruleSpec          `json:"spec"`
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Metadata   metadata `json:"metadata"`
+	Spec       ruleSpec `json:"spec"`
+}
+
+type metadata struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 type ruleSpec struct {

@@ -41,7 +41,16 @@ lint: ## gofmt and go vet
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-test-deps: ## make sure redis-server, python3, node and OpenBSD nc (the README's) are installed (apt-get when root)
+# helm and kustomize render the chart and the kustomizations in deploy/'s
+# tests, which install the same versions into the same directory themselves
+# when this has not run.
+TOOLS_BIN     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/quotad-tools/bin
+HELM_PKG      := helm.sh/helm/v3/cmd/helm@v3.22.0
+KUSTOMIZE_PKG := sigs.k8s.io/kustomize/kustomize/v5@v5.8.2
+
+test-deps: ## make sure redis-server, python3, node and OpenBSD nc (the README's) are installed (apt-get when root), and build helm and kustomize
+	GOBIN=$(TOOLS_BIN) $(GO) install $(HELM_PKG)
+	GOBIN=$(TOOLS_BIN) $(GO) install $(KUSTOMIZE_PKG)
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \

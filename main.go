@@ -150,7 +150,7 @@ func serveCommand() *cli.Command {
 		&cli.DurationFlag{Name: "redis-flush-delay", Value: sidecar.DefaultFlushDelay, EnvVars: []string{"QUOTAD_REDIS_FLUSH_DELAY"}, Usage: "how long a Redis connection waits after a write to gather the next batch of commands (0: write at once; at most 1ms)"},
 		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"QUOTAD_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 		&cli.StringFlag{Name: "log-format", Value: "json", EnvVars: []string{"QUOTAD_LOG_FORMAT"}, Usage: "json or console"},
-		&cli.StringFlag{Name: "http-addr", EnvVars: []string{"QUOTAD_HTTP_ADDR"}, Usage: "host:port serving /metrics, /healthz and /readyz; empty serves no HTTP"},
+		&cli.StringFlag{Name: "http-addr", EnvVars: []string{"QUOTAD_HTTP_ADDR"}, Usage: "host:port serving /metrics, /healthz, /readyz and /redisz; empty serves no HTTP"},
 		&cli.StringFlag{Name: "log-decisions", Value: dispatch.LogDecisionsNone, EnvVars: []string{"QUOTAD_LOG_DECISIONS"}, Usage: "none, denied or all: takes that get a (sampled) decision log line"},
 	)
 	return &cli.Command{
@@ -375,12 +375,20 @@ func pingCommand() *cli.Command {
 		Flags: []cli.Flag{
 			socketFlag(),
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up waiting for the sidecar after this long"},
-			&cli.BoolFlag{Name: "ready", Value: true, Usage: "exit 1 unless the sidecar is ready (Redis up, scripts loaded, not draining); --ready=false only checks that it answers, for liveness probes"},
+			&cli.BoolFlag{Name: "ready", Value: true, Usage: "exit 1 unless the sidecar is ready (serving and not draining; Redis's health is not part of it); --ready=false only checks that it answers"},
+			&cli.BoolFlag{Name: "redis", Usage: "also exit 1 unless Redis answers (redis_ok)"},
 		},
 		Action: func(c *cli.Context) error {
 			reply, err := call(c, map[string]any{"op": "ping"})
 			if err == nil && c.Bool("ready") && !reply.Ready {
-				return errors.New("the sidecar answers but is not ready (draining, Redis down, or the scripts not loaded yet)")
+				return errors.New("the sidecar answers but is not ready (not serving yet, or draining)")
+			}
+			if err == nil && c.Bool("redis") && !reply.RedisOK {
+				why := reply.RedisError
+				if why == "" {
+					why = "not reached yet"
+				}
+				return fmt.Errorf("the sidecar answers but Redis does not: %s", why)
 			}
 			return err
 		},

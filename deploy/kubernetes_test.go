@@ -2,17 +2,21 @@
 // every manifest decodes strictly into the Kubernetes API types, the
 // cross-references between them hold, and the sidecar and app containers,
 // run as the manifests say (paths mapped to a temporary directory), work
-// together against a real Redis.
+// together against a real Redis. render_test.go renders the Component,
+// its example overlay, the monitoring kustomization and the Helm chart.
 package deploy_test
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -24,6 +28,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 
 	"quotad/integration/redistest"
@@ -91,6 +96,7 @@ type example struct {
 	kust       kustomization
 	deployment *appsv1.Deployment
 	doctor     *batchv1.CronJob
+	pdb        *policyv1.PodDisruptionBudget
 	configMaps map[string]*corev1.ConfigMap
 	secrets    map[string]*corev1.Secret
 }
@@ -146,6 +152,12 @@ func load(t *testing.T) *example {
 				}
 				ex.doctor = &batchv1.CronJob{}
 				strict(t, where, []byte(doc), ex.doctor)
+			case "policy/v1 PodDisruptionBudget":
+				if ex.pdb != nil {
+					t.Fatalf("%s: a second PodDisruptionBudget", where)
+				}
+				ex.pdb = &policyv1.PodDisruptionBudget{}
+				strict(t, where, []byte(doc), ex.pdb)
 			case "v1 ConfigMap":
 				cm := &corev1.ConfigMap{}
 				strict(t, where, []byte(doc), cm)
@@ -171,8 +183,8 @@ func load(t *testing.T) *example {
 		}
 		ex.configMaps[g.Name] = cm
 	}
-	if ex.deployment == nil || ex.doctor == nil {
-		t.Fatal("want a Deployment and a CronJob among the resources")
+	if ex.deployment == nil || ex.doctor == nil || ex.pdb == nil {
+		t.Fatal("want a Deployment, a CronJob and a PodDisruptionBudget among the resources")
 	}
 	return ex
 }
@@ -228,7 +240,7 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 	ex := load(t)
 	spec := &ex.deployment.Spec.Template.Spec
 	quotad, app := containers(t, spec)
-	entry := dockerEntrypoint(t)
+	dockerEntrypoint(t)
 
 	if sel := ex.deployment.Spec.Selector; sel == nil || !mapsSubset(sel.MatchLabels, ex.deployment.Spec.Template.Labels) {
 		t.Errorf("the selector %v does not match the pod labels %v", sel, ex.deployment.Spec.Template.Labels)
@@ -255,6 +267,14 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 			}
 		}
 		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil {
+				ref := e.ValueFrom.ConfigMapKeyRef
+				if cm := ex.configMaps[ref.Name]; cm == nil {
+					t.Errorf("%s: %s reads ConfigMap %q, which is not a resource", c.Name, e.Name, ref.Name)
+				} else if _, ok := cm.Data[ref.Key]; !ok {
+					t.Errorf("%s: %s reads key %q of ConfigMap %s, which has no such key", c.Name, e.Name, ref.Key, ref.Name)
+				}
+			}
 			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
 				ref := e.ValueFrom.SecretKeyRef
 				if s := ex.secrets[ref.Name]; s == nil {
@@ -316,25 +336,12 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 		t.Fatalf("app does not mount volume %s at %s", shared, filepath.Dir(sock.Value))
 	}
 
-	// Probes are the image's own binary (no shell), on the same socket;
-	// that they are real subcommands and flags is run below.
-	for name, p := range map[string]*corev1.Probe{"startup": quotad.StartupProbe, "liveness": quotad.LivenessProbe, "readiness": quotad.ReadinessProbe} {
-		if p == nil || p.Exec == nil || len(p.Exec.Command) < 2 {
-			t.Errorf("quotad has no exec %s probe", name)
-			continue
-		}
-		cmd := p.Exec.Command
-		if cmd[0] != entry || cmd[1] != "ping" {
-			t.Errorf("%s probe %v: want %s ping ...", name, cmd, entry)
-		}
-		if i := slices.Index(cmd, "--socket"); i < 0 || i+1 >= len(cmd) || cmd[i+1] != sock.Value {
-			t.Errorf("%s probe %v: want --socket %s", name, cmd, sock.Value)
-		}
+	// HTTP probes on the sidecar's port; that they pass, and that readiness
+	// holds while Redis is down, is run below.
+	checkProbes(t, "deployment.yaml", quotad)
+	if ex.pdb.Spec.Selector == nil || !mapsSubset(ex.pdb.Spec.Selector.MatchLabels, ex.deployment.Spec.Template.Labels) {
+		t.Errorf("the PodDisruptionBudget's selector %v does not match the pods", ex.pdb.Spec.Selector)
 	}
-	if slices.Contains(quotad.ReadinessProbe.Exec.Command, "--ready=false") || !slices.Contains(quotad.LivenessProbe.Exec.Command, "--ready=false") {
-		t.Error("readiness must require ready; liveness must not (a Redis outage is no reason to restart quotad)")
-	}
-
 	// Restrictive security for every container, and resources sized.
 	for _, psc := range []*corev1.PodSecurityContext{spec.SecurityContext, ex.doctor.Spec.JobTemplate.Spec.Template.Spec.SecurityContext} {
 		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
@@ -358,11 +365,15 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 		}
 	}
 
-	// The doctor looks at the sidecars' Redis and keys, with their image.
-	for _, name := range []string{"QUOTAD_REDIS_URL", "QUOTAD_KEY_PREFIX"} {
+	// The doctor looks at the sidecars' Redis and keys, with their image,
+	// read from the same ConfigMap.
+	for _, name := range []string{"QUOTAD_REDIS_URL", "QUOTAD_KEY_PREFIX", "QUOTAD_REDIS_PASSWORD"} {
 		a, b := env(quotad, name), env(doctor, name)
-		if (a == nil) != (b == nil) || a != nil && a.Value != b.Value {
-			t.Errorf("%s: sidecar %v, doctor %v; want the same", name, a, b)
+		if a == nil || !reflect.DeepEqual(a, b) {
+			t.Errorf("%s: sidecar %+v, doctor %+v; want the same", name, a, b)
+		}
+		if name != "QUOTAD_REDIS_PASSWORD" && (a == nil || a.ValueFrom == nil || a.ValueFrom.ConfigMapKeyRef == nil) {
+			t.Errorf("%s is not read from a ConfigMap: %+v", name, a)
 		}
 	}
 	if doctor.Image != quotad.Image || len(doctor.Args) == 0 || doctor.Args[0] != "doctor" {
@@ -404,9 +415,10 @@ func mapsSubset(sub, of map[string]string) bool {
 // pod runs the example's containers as processes: absolute paths the
 // manifests use are mapped under root, volumes become directories.
 type pod struct {
-	root   string
-	mounts map[string]string // mountPath in the manifests -> directory here
-	vars   map[string]string // values of fieldRef and overridden variables
+	root       string
+	mounts     map[string]string // mountPath in the manifests -> directory here
+	vars       map[string]string // values of fieldRef and overridden variables
+	configMaps map[string]*corev1.ConfigMap
 }
 
 // path maps a manifest path under a known mount to its directory here.
@@ -432,6 +444,13 @@ func (p *pod) environ(t *testing.T, c *corev1.Container, override map[string]str
 			v = override[e.Name]
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil:
 			v = p.vars[e.ValueFrom.FieldRef.FieldPath]
+		case e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil:
+			ref := e.ValueFrom.ConfigMapKeyRef
+			cm := p.configMaps[ref.Name]
+			if cm == nil {
+				t.Fatalf("%s: ConfigMap %s of %s is not in the example", c.Name, ref.Name, e.Name)
+			}
+			v = cm.Data[ref.Key]
 		case e.ValueFrom != nil:
 			continue // secrets: see the caller
 		}
@@ -445,6 +464,19 @@ func (p *pod) environ(t *testing.T, c *corev1.Container, override map[string]str
 	return out
 }
 
+// httpGet is one GET with a short timeout.
+func httpGet(url string) (int, string, error) {
+	// No keep-alive: no idle connection outlives the test for goleak.
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -455,8 +487,9 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// The sidecar started as the manifest says, its three probe commands, and
-// the Python app talking to it through the shared socket.
+// The sidecar started as the manifest says, its three HTTP probes, the
+// Python app talking to it through the shared socket, the doctor, the
+// metrics the dashboard and alerts read, and readiness with Redis stopped.
 func TestExampleRunsAsWritten(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Fatal("python3 is needed to run the example app (make test-deps installs it)")
@@ -464,7 +497,6 @@ func TestExampleRunsAsWritten(t *testing.T) {
 	ex := load(t)
 	spec := &ex.deployment.Spec.Template.Spec
 	quotad, app := containers(t, spec)
-	entry := dockerEntrypoint(t)
 	r := redistest.Start(t)
 
 	root, err := os.MkdirTemp("", "qk") // short: a socket path holds 107 bytes
@@ -472,7 +504,7 @@ func TestExampleRunsAsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	p := &pod{root: root, mounts: map[string]string{}, vars: map[string]string{"status.podIP": "127.0.0.1"}}
+	p := &pod{root: root, mounts: map[string]string{}, vars: map[string]string{"status.podIP": "127.0.0.1"}, configMaps: ex.configMaps}
 	for _, v := range spec.Volumes {
 		local := filepath.Join(root, v.Name)
 		if err := os.MkdirAll(local, 0o755); err != nil {
@@ -516,21 +548,15 @@ func TestExampleRunsAsWritten(t *testing.T) {
 		}
 	})
 
+	// A probe is a GET on QUOTAD_HTTP_ADDR (the test's address for the pod
+	// IP's): 2xx or 3xx passes, as for the kubelet.
 	probe := func(name string, pr *corev1.Probe) error {
-		args := make([]string, 0, len(pr.Exec.Command)-1)
-		for _, a := range pr.Exec.Command[1:] {
-			args = append(args, p.path(a))
-		}
-		if pr.Exec.Command[0] != entry {
-			t.Fatalf("%s probe runs %s, not the image's %s", name, pr.Exec.Command[0], entry)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, quotadBin, args...)
-		cmd.Env = sidecarEnv
-		out, err := cmd.CombinedOutput()
+		code, body, err := httpGet("http://" + httpAddr + pr.HTTPGet.Path)
 		if err != nil {
-			return fmt.Errorf("%s probe %v: %v\n%s", name, args, err, out)
+			return fmt.Errorf("%s probe GET %s: %v", name, pr.HTTPGet.Path, err)
+		}
+		if code < 200 || code >= 400 {
+			return fmt.Errorf("%s probe GET %s: %d %s", name, pr.HTTPGet.Path, code, body)
 		}
 		return nil
 	}
@@ -587,6 +613,37 @@ func TestExampleRunsAsWritten(t *testing.T) {
 	dcmd.Env = p.environ(t, doctor, map[string]string{"QUOTAD_REDIS_URL": r.URL()})
 	if out, err := dcmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "no problems found") || !regexp.MustCompile(`fixed_window\s+api\s+1\n`).Match(out) {
 		t.Fatalf("doctor %v: %v\n%s", doctor.Args, err, out)
+	}
+
+	// Every metric the dashboard and the alerts name is exported by this
+	// sidecar, which has answered the app's takes.
+	code, body, err := httpGet("http://" + httpAddr + "/metrics")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	checkQueries(t, exposition(t, body))
+
+	// Redis down: the pod stays ready (its Service keeps it, and the
+	// policies' on_unavailable decides), while /redisz says Redis is not.
+	if code, body, err := httpGet("http://" + httpAddr + "/redisz"); err != nil || code != 200 {
+		t.Fatalf("/redisz with redis up: %d %s %v", code, body, err)
+	}
+	r.Stop(t)
+	deadline = time.Now().Add(waitTimeout)
+	for {
+		code, body, err := httpGet("http://" + httpAddr + "/redisz")
+		if err == nil && code == 503 && strings.Contains(body, "redis is not answering") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/redisz with redis stopped: %d %s %v; want 503 and why", code, body, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for name, pr := range map[string]*corev1.Probe{"startup": quotad.StartupProbe, "readiness": quotad.ReadinessProbe, "liveness": quotad.LivenessProbe} {
+		if err := probe(name, pr); err != nil {
+			t.Errorf("with redis stopped: %v", err)
+		}
 	}
 
 	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {

@@ -62,6 +62,12 @@ func TestOperatingTheSidecar(t *testing.T) {
 	if code, body := httpGet(t, "http://"+addr+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz: %d %s", code, body)
 	}
+	if code, body := httpGet(t, "http://"+addr+"/redisz"); code != http.StatusOK {
+		t.Fatalf("/redisz: %d %s", code, body)
+	}
+	if out, stderr, code := p.cli(t, "ping", "--redis"); code != 0 {
+		t.Fatalf("ping --redis with redis up: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
 
 	c := p.dial(t)
 	wantTake(t, c.do(`{"op":"take","subject":"alice","policy":"api"}`), true, false, 1, 1)
@@ -98,18 +104,25 @@ func TestOperatingTheSidecar(t *testing.T) {
 		}
 	}
 
-	// Redis unreachable: the sidecar answers, but the probe fails.
-	down := launchSidecar(t, socketPath(t), "redis://"+freeAddr(t))
+	// Redis unreachable: the sidecar answers and stays ready (taking the
+	// pod out of its Service would not bring Redis back); only --redis and
+	// /redisz report the outage.
+	downHTTP := freeAddr(t)
+	down := launchSidecar(t, socketPath(t), "redis://"+freeAddr(t), "--http-addr", downHTTP)
 	eventually(t, "the sidecar without redis to answer a ping", func() bool {
 		out, stderr, code = down.cli(t, "ping")
 		return strings.Contains(out, `"ok":true`)
 	})
-	if code != 1 || !strings.Contains(out, `"ready":false`) || !strings.Contains(stderr, "not ready") {
-		t.Fatalf("ping with redis down: exit %d, stdout %q, stderr %q; want exit 1, ready false", code, out, stderr)
+	if code != 0 || !strings.Contains(out, `"ready":true`) || !strings.Contains(out, `"redis_ok":false`) {
+		t.Fatalf("ping with redis down: exit %d, stdout %q, stderr %q; want exit 0, ready true, redis_ok false", code, out, stderr)
 	}
-	// The liveness probe only asks whether the sidecar answers: restarting
-	// it would not bring Redis back.
-	if out, stderr, code = down.cli(t, "ping", "--ready=false"); code != 0 {
-		t.Fatalf("ping --ready=false with redis down: exit %d, stdout %q, stderr %q; want exit 0", code, out, stderr)
+	if out, stderr, code = down.cli(t, "ping", "--redis"); code != 1 || !strings.Contains(stderr, "Redis does not") {
+		t.Fatalf("ping --redis with redis down: exit %d, stdout %q, stderr %q; want exit 1 saying Redis does not answer", code, out, stderr)
+	}
+	if code, body := httpGet(t, "http://"+downHTTP+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz with redis down: %d %s; want 200", code, body)
+	}
+	if code, body := httpGet(t, "http://"+downHTTP+"/redisz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "redis") {
+		t.Fatalf("/redisz with redis down: %d %s; want 503 and why", code, body)
 	}
 }

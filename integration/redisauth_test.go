@@ -44,11 +44,11 @@ func TestTLSBadCertificateIsReported(t *testing.T) {
 		return err == nil && strings.Contains(last.raw, why)
 	})
 	wantError(t, last, "UNAVAILABLE")
-	stdout, _, code := p.cli(t, "ping")
+	stdout, _, code := p.cli(t, "ping", "--redis")
 	ping := mustParse(t, stdout)
-	// Not ready: ping exits 1, and says why.
-	if code != 1 || ping.flag(t, "redis_ok") || ping.flag(t, "ready") || strings.Count(ping.str(t, "redis_error"), why) != 1 {
-		t.Errorf("quotad ping exited %d with %s; want exit 1, redis_ok and ready false, and redis_error saying %q once", code, stdout, why)
+	// Ready (it answers), but ping --redis exits 1 and says why.
+	if code != 1 || ping.flag(t, "redis_ok") || !ping.flag(t, "ready") || strings.Count(ping.str(t, "redis_error"), why) != 1 {
+		t.Errorf("quotad ping --redis exited %d with %s; want exit 1, redis_ok false, ready true, and redis_error saying %q once", code, stdout, why)
 	}
 	l := p.waitLog(t, "warn", "cannot connect to redis, retrying")
 	if !strings.Contains(l.str("error"), why) || !strings.Contains(l.str("error"), "x509") {

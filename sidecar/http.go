@@ -16,8 +16,12 @@ import (
 //
 //	/metrics  Prometheus metrics of this server
 //	/healthz  200 while the process serves HTTP at all (liveness)
-//	/readyz   200 when Redis answers and holds the scripts and the server is
-//	          not draining; 503 with the reason otherwise (readiness)
+//	/readyz   200 when the sidecar serves its socket, has its policies and
+//	          is not draining; 503 with the reason otherwise (readiness).
+//	          Redis's health is not part of it.
+//	/redisz   200 when Redis answers and holds the decision scripts (it
+//	          loads them); 503 with the reason otherwise. For alerts and
+//	          people, never for a probe that takes the pod out of service.
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
@@ -26,15 +30,23 @@ func (s *Server) HTTPHandler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := s.checkReady(r.Context(), true); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
+		writeProbe(w, s.ready(r.Context()), "ready", "not ready")
+	})
+	mux.HandleFunc("GET /redisz", func(w http.ResponseWriter, r *http.Request) {
+		writeProbe(w, s.redisHealth(r.Context()), "redis ok", "redis not ok")
 	})
 	return mux
+}
+
+// writeProbe writes a probe's answer: 200 and ok, or 503 and bad with err.
+func writeProbe(w http.ResponseWriter, err error, ok, bad string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintf(w, "%s: %v\n", bad, err)
+		return
+	}
+	_, _ = fmt.Fprintf(w, "%s\n", ok)
 }
 
 // HTTPServer is the --http-addr listener.

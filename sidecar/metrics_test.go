@@ -248,59 +248,6 @@ func TestDecisionLog(t *testing.T) {
 	}
 }
 
-func TestHealthzReadyzAndPingReady(t *testing.T) {
-	r := redistest.Start(t)
-	st := openStore(t, r.URL())
-	ts := startServer(t, Options{Store: st})
-	c := ts.dial(t)
-	waitRedisOK(t, c)
-	h := ts.HTTPHandler()
-
-	if code, body := get(t, h, "/healthz"); code != http.StatusOK {
-		t.Fatalf("/healthz: %d %s", code, body)
-	}
-	if code, body := get(t, h, "/readyz"); code != http.StatusOK {
-		t.Fatalf("/readyz with redis up: %d %s", code, body)
-	}
-	if p := c.call(`{"op":"ping"}`); !p.Ready {
-		t.Fatalf("ping with redis up: %+v, want ready", p)
-	}
-
-	// Scripts flushed from Redis (as by a restart): /readyz loads them.
-	rc := r.Client(t)
-	if err := rc.Do(context.Background(), rc.B().ScriptFlush().Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if code, body := get(t, h, "/readyz"); code != http.StatusOK {
-		t.Fatalf("/readyz after SCRIPT FLUSH: %d %s", code, body)
-	}
-	if n, err := rc.Do(context.Background(), rc.B().ScriptExists().Sha1(scriptSHAs()...).Build()).AsIntSlice(); err != nil || len(n) < 2 || n[0] != 1 || n[1] != 1 {
-		t.Fatalf("scripts after /readyz: %v %v; want them loaded", n, err)
-	}
-
-	r.Stop(t)
-	waitFor(t, "/readyz to fail with redis stopped", func() bool {
-		code, body := get(t, h, "/readyz")
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "redis")
-	})
-	if p := c.call(`{"op":"ping"}`); p.Ready {
-		t.Fatalf("ping with redis stopped: %+v, want not ready", p)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	c.nc.Close()
-	if err := ts.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if code, body := get(t, h, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
-		t.Fatalf("/readyz while draining: %d %s", code, body)
-	}
-	if code, _ := get(t, h, "/healthz"); code != http.StatusOK {
-		t.Fatalf("/healthz while draining: %d", code)
-	}
-}
-
 func TestListenHTTPServesAndRefusesATakenPort(t *testing.T) {
 	s := NewServer(Options{})
 	defer s.Close()

@@ -11,53 +11,64 @@ import (
 	"quotad/luascript"
 )
 
-// Reasons a sidecar is not ready, as /readyz reports them.
+// Reasons a sidecar is not ready (/readyz, ping's "ready").
 var (
 	errDraining   = errors.New("draining: the sidecar is shutting down")
+	errNotServing = errors.New("not serving its socket yet")
+	errNoConfig   = errors.New("no policies loaded")
+)
+
+// Reasons Redis is not healthy (/redisz). None of them makes the sidecar
+// unready: it still answers every request, as each policy's on_unavailable
+// says, and taking the pod out of its Service would not bring Redis back.
+var (
 	errRedisDown  = errors.New("redis is not answering")
 	errLoadingLua = errors.New("the scripts are being loaded into redis")
 )
 
-// scriptCheckInterval is how long a successful script load vouches for
-// Redis holding the scripts when ping asks. Redis may have restarted
-// without them since; the decision calls load them again by themselves,
-// so this only bounds how stale a ping's "ready" may be.
-const scriptCheckInterval = 10 * time.Second
-
-// readiness remembers when the scripts were last loaded, so that a ping
-// costs a Redis round trip at most once per scriptCheckInterval.
+// readiness serialises the script loads of Redis health checks, so that
+// probes that meet cost Redis one SCRIPT LOAD, not one each.
 type readiness struct {
 	loading  sync.Mutex
 	loadedAt atomic.Int64 // UnixNano of the last successful load; 0 for none
 }
 
-// ready is nil when the sidecar should get traffic: it is not draining,
-// Redis answers, and Redis accepted the scripts within the last
-// scriptCheckInterval. It is what ping's "ready" reports.
-func (s *Server) ready(ctx context.Context) error { return s.checkReady(ctx, false) }
-
-// checkReady is ready; fresh loads the scripts whatever a recent check
-// found (for /readyz, which runs on its own goroutine, not a connection's
-// reader). Only one caller loads at a time; the others get the last load's
-// verdict.
-func (s *Server) checkReady(ctx context.Context, fresh bool) error {
+// ready is nil when the sidecar should get traffic: it serves its socket,
+// has its policies and is not draining. Redis's health is not part of it
+// (see redisHealth): while Redis is down the sidecar still answers, as the
+// policies' on_unavailable says, and every replica leaving its Service at
+// once would turn a Redis outage into an outage of the whole workload. It
+// is what /readyz and ping's "ready" report.
+func (s *Server) ready(context.Context) error {
 	if s.shutting.Load() {
 		return errDraining
 	}
+	if s.Config() == nil {
+		return errNoConfig
+	}
+	s.mu.Lock()
+	serving := len(s.listeners) > 0
+	s.mu.Unlock()
+	if !serving {
+		return errNotServing
+	}
+	return nil
+}
+
+// redisHealth is nil when Redis answers and holds the decision scripts; it
+// loads them (SCRIPT LOAD) on every check, so a Redis restarted without
+// them has them back before the next take. Only one caller loads at a time;
+// one that meets a load in progress gets the last load's verdict. The
+// embedded store is always healthy.
+func (s *Server) redisHealth(ctx context.Context) error {
 	if !s.store.Up() {
 		s.readiness.loadedAt.Store(0)
+		if err := s.store.LastError(); err != nil {
+			return fmt.Errorf("%w: %v", errRedisDown, err)
+		}
 		return errRedisDown
 	}
-	recent := func() bool {
-		at := s.readiness.loadedAt.Load()
-		return at != 0 && time.Since(time.Unix(0, at)) < scriptCheckInterval
-	}
-	if !fresh && recent() {
-		return nil
-	}
 	if !s.readiness.loading.TryLock() {
-		// Another check is loading right now: a load that succeeded before
-		// it still vouches, so two probes that meet do not read "not ready".
 		if s.readiness.loadedAt.Load() != 0 {
 			return nil
 		}

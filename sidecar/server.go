@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -291,16 +292,28 @@ func (s *Server) stop(each func(*conn)) {
 // socket file that nobody answers on is replaced; a live socket or a path
 // that is not a socket is an error, so two sidecars never steal each other's
 // socket and a mistyped path never deletes a file.
+//
+// The socket never exists at path with a wider mode than asked, whatever
+// the umask: it is bound in a private directory (mode 0700) created next to
+// path, given its mode there, and then linked into place. link(2), unlike
+// rename(2), fails when path exists, so a socket that appeared at path since
+// the check above is left alone. The process umask is never changed: it is
+// process-wide, and narrowing it for the bind would narrow files that other
+// goroutines create meanwhile.
 func Listen(path string, mode os.FileMode) (net.Listener, error) {
-	// sun_path holds 108 bytes on Linux, including the terminating NUL.
-	if len(path) > 107 {
-		return nil, fmt.Errorf("--socket %q: path is %d bytes, a unix socket path allows at most 107", path, len(path))
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("--socket %q: path is %d bytes, a unix socket path allows at most %d", path, len(path), maxSocketPath)
 	}
 	dir := filepath.Dir(path)
 	if st, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("--socket %q: directory %s: %w", path, dir, err)
 	} else if !st.IsDir() {
 		return nil, fmt.Errorf("--socket %q: %s is not a directory", path, dir)
+	}
+	// The private directory is dir/.qXXXXXXXX, the socket in it "s".
+	if n := len(dir) + len("/.q01234567/s"); n > maxSocketPath {
+		return nil, fmt.Errorf("--socket %q: directory %s is %d bytes, at most %d: the socket is first bound in a private directory inside it",
+			path, dir, len(dir), maxSocketPath-len("/.q01234567/s"))
 	}
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode()&os.ModeSocket == 0 {
@@ -320,15 +333,73 @@ func Listen(path string, mode os.FileMode) (net.Listener, error) {
 			return nil, fmt.Errorf("remove stale socket: %w", err)
 		}
 	}
-	l, err := net.Listen("unix", path)
+	private, err := makePrivateDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--socket %q: create a private directory to bind in: %w", path, err)
+	}
+	defer os.RemoveAll(private)
+	tmp := filepath.Join(private, "s")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listen on unix socket: %w", err)
 	}
-	// Go removes the file when the listener is closed.
-	l.(*net.UnixListener).SetUnlinkOnClose(true)
-	if err := os.Chmod(path, mode); err != nil {
+	// The socket's name moves to path; the wrapper removes that name.
+	l.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, mode); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("chmod socket: %w", err)
 	}
-	return l, nil
+	if err := os.Link(tmp, path); err != nil {
+		l.Close()
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("--socket %q: another process created it while this one started", path)
+		}
+		return nil, fmt.Errorf("--socket %q: move the socket into place: %w", path, err)
+	}
+	return &unixListener{UnixListener: l, addr: &net.UnixAddr{Name: path, Net: "unix"}}, nil
+}
+
+// maxSocketPath is the longest path a Unix socket can be bound at: sun_path
+// holds 108 bytes on Linux, including the terminating NUL.
+const maxSocketPath = 107
+
+// makePrivateDir creates a directory in dir that only this user may enter.
+// The umask may only narrow Mkdir's 0700; Chmod makes it exactly 0700 so
+// the socket can be bound in it (and it never is wider).
+func makePrivateDir(dir string) (string, error) {
+	for range 100 {
+		p := filepath.Join(dir, fmt.Sprintf(".q%08x", rand.Uint32()))
+		err := os.Mkdir(p, 0o700)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if err := os.Chmod(p, 0o700); err != nil {
+			os.Remove(p)
+			return "", err
+		}
+		return p, nil
+	}
+	return "", errors.New("no free name")
+}
+
+// unixListener is a listener whose socket was bound under another name and
+// linked to addr: Addr reports addr, and Close removes it, as
+// net.UnixListener does for the name it bound.
+type unixListener struct {
+	*net.UnixListener
+	addr *net.UnixAddr
+	once sync.Once
+}
+
+func (l *unixListener) Addr() net.Addr { return l.addr }
+
+// Close removes the socket's name, then closes the socket, in
+// net.UnixListener's order. Only the first call removes the name: after it,
+// the name may be another sidecar's.
+func (l *unixListener) Close() error {
+	l.once.Do(func() { _ = os.Remove(l.addr.Name) })
+	return l.UnixListener.Close()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -138,10 +139,71 @@ func (c *conn) readLoop() {
 	// must read first for that reason.)
 	src := &pollSource{c: c}
 	lr := protocol.NewLineReader(src, readBufSize, c.s.opts.MaxLineBytes)
-	_ = raw.io.rc.Read(func(fd uintptr) bool {
-		src.fd, src.drained = fd, false
-		return !c.readLines(lr)
+	for {
+		err := raw.io.rc.Read(func(fd uintptr) bool {
+			src.fd, src.drained = fd, false
+			if c.readLines(lr) {
+				c.armIdle()
+				return false
+			}
+			return true
+		})
+		if !c.idleExpired(err) {
+			return
+		}
+	}
+}
+
+// armIdle is called by the reader each time it is about to wait for input,
+// which is right after the last bytes it received: it sets the read
+// deadline at which the connection counts as idle (--idle-timeout).
+func (c *conn) armIdle() {
+	d := c.s.opts.IdleTimeout
+	if d <= 0 {
+		return
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(d))
+	if c.stopped.Load() {
+		// stopReading ran meanwhile; its deadline, now, must win. It
+		// stores stopped before setting its deadline, so either it set its
+		// deadline after this one, or this sees stopped.
+		_ = c.nc.SetReadDeadline(time.Now())
+	}
+}
+
+// idleExpired is called with the error that ended the reader's wait. It
+// reports whether the wait ended at armIdle's deadline while the connection
+// was not idle after all: requests in flight (running, or replies not yet
+// written), or bytes that arrived just now. Then the deadline moves on and
+// the reader waits again. Otherwise the idle close is counted and the
+// reader ends, which closes the connection; a reader stopped for another
+// reason just ends.
+func (c *conn) idleExpired(err error) (waitAgain bool) {
+	d := c.s.opts.IdleTimeout
+	if d <= 0 || !errors.Is(err, os.ErrDeadlineExceeded) || c.stopped.Load() {
+		return false
+	}
+	if c.running.Load() > 0 || c.queued.Load() > 0 || c.hasInput() {
+		// A past deadline would fail the next wait before it starts.
+		c.armIdle()
+		return true
+	}
+	c.s.connMetrics.idleClosed.Inc()
+	return false
+}
+
+// hasInput reports whether the socket holds bytes not read yet.
+func (c *conn) hasInput() bool {
+	raw, ok := c.nc.(*rawConn)
+	if !ok {
+		return false
+	}
+	var n int
+	_ = raw.io.rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, _ = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	})
+	return n > 0
 }
 
 // pollSource is the socket as readLoop's line reader reads it: raw reads

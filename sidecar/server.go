@@ -37,7 +37,25 @@ const (
 	// 2-core machine cost more CPU than the requests and took it from Redis
 	// and the clients (see README, Performance).
 	DefaultProcs = 1
+	// DefaultIdleTimeout is the --idle-timeout default: off. A pooled
+	// client's idle connection looks like a forgotten one, and closing it
+	// would make that client's next request race the close. The per-peer
+	// cap is what keeps one process from holding every connection.
+	DefaultIdleTimeout = time.Duration(0)
 )
+
+// DefaultMaxConnsPerPeer is the --max-conns-per-peer default for a given
+// --max-conns: half of it, so that one process never holds every connection
+// and the others always have room; but at least minDefaultConnsPerPeer (or
+// all of a smaller --max-conns), so that a client's pool is not limited
+// even where --max-conns is small.
+func DefaultMaxConnsPerPeer(maxConns int) int {
+	return max(maxConns/2, min(maxConns, minDefaultConnsPerPeer))
+}
+
+// minDefaultConnsPerPeer is far above the connections a client pool keeps
+// to a local sidecar (a few per thread or event loop).
+const minDefaultConnsPerPeer = 64
 
 // Options configures a Server. Zero values take the defaults above.
 type Options struct {
@@ -56,6 +74,14 @@ type Options struct {
 	// LogDecisions is none (or empty), denied or all: which takes get a
 	// line in the sampled decision log.
 	LogDecisions string
+	// IdleTimeout closes a connection that has no request in flight and
+	// has sent nothing for that long; 0 never does.
+	IdleTimeout time.Duration
+	// MaxConnsPerPeer caps the connections of one client process, told
+	// apart by the pid that SO_PEERCRED reports. 0 takes
+	// DefaultMaxConnsPerPeer(MaxConns). A peer whose pid is 0 (it is in a
+	// pid namespace this process cannot see) is under MaxConns only.
+	MaxConnsPerPeer int
 }
 
 // Server answers protocol requests on Unix-socket connections.
@@ -75,7 +101,8 @@ type Server struct {
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
-	conns     map[*conn]struct{}
+	conns     map[*conn]int32 // open connections, to their peer's pid (0: unknown)
+	peers     map[int32]int   // open connections of each known pid
 	shutting  atomic.Bool
 	idle      chan struct{} // closed when shutting and no connection is left
 	idleOnce  sync.Once
@@ -89,8 +116,9 @@ type Server struct {
 	deadlines *sharedDeadline
 	group     groupBatcher
 
-	metrics   *metrics
-	readiness readiness
+	metrics     *metrics
+	connMetrics *connMetrics
+	readiness   readiness
 }
 
 // NewServer returns a server ready to Serve.
@@ -100,6 +128,12 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = DefaultMaxConns
+	}
+	if opts.MaxConnsPerPeer <= 0 {
+		opts.MaxConnsPerPeer = DefaultMaxConnsPerPeer(opts.MaxConns)
+	}
+	if opts.IdleTimeout < 0 {
+		opts.IdleTimeout = 0
 	}
 	if opts.MaxInflightPerConn <= 0 {
 		opts.MaxInflightPerConn = DefaultMaxInflightPerConn
@@ -121,7 +155,8 @@ func NewServer(opts Options) *Server {
 		reqCtx:    ctx,
 		cancelReq: cancel,
 		listeners: make(map[net.Listener]struct{}),
-		conns:     make(map[*conn]struct{}),
+		conns:     make(map[*conn]int32),
+		peers:     make(map[int32]int),
 		idle:      make(chan struct{}),
 		deny:      newLocalDeny(DefaultLocalDenyEntries),
 		workers:   workers{maxIdle: defaultMaxIdleWorkers},
@@ -130,6 +165,7 @@ func NewServer(opts Options) *Server {
 	s.cfg.Store(opts.Config)
 	s.deadlines = newSharedDeadline(ctx, opts.RedisTimeout)
 	s.metrics = newMetrics(s)
+	s.connMetrics = newConnMetrics(s.metrics.reg)
 	return s
 }
 
@@ -182,15 +218,19 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		}
 		backoff = 0
 		c := newConn(s, nc)
-		if ok, full := s.track(c); !ok {
-			if full {
-				s.refuse(nc, protocol.CodeUnavailable, fmt.Sprintf("connection limit reached (%d): nothing was run; retry later", s.opts.MaxConns))
-			} else {
-				s.refuse(nc, protocol.CodeShuttingDown, "the sidecar is shutting down: nothing was run")
-			}
-			continue
+		pid := peerPID(nc)
+		switch s.track(c, pid) {
+		case tracked:
+			go c.serve()
+		case shuttingDown:
+			s.refuse(nc, protocol.CodeShuttingDown, "the sidecar is shutting down: nothing was run")
+		case overMaxConns:
+			s.connMetrics.refused.WithLabelValues(refusedMaxConns).Inc()
+			s.refuse(nc, protocol.CodeUnavailable, fmt.Sprintf("connection limit reached (%d): nothing was run; retry later", s.opts.MaxConns))
+		case overMaxConnsPerPeer:
+			s.connMetrics.refused.WithLabelValues(refusedMaxConnsPerPeer).Inc()
+			s.refuse(nc, protocol.CodeUnavailable, fmt.Sprintf("connection limit per process reached (%d connections of pid %d): nothing was run; close idle connections or retry later", s.opts.MaxConnsPerPeer, pid))
 		}
-		go c.serve()
 	}
 }
 
@@ -207,22 +247,45 @@ func (s *Server) refuse(nc net.Conn, code protocol.Code, msg string) {
 	_ = nc.Close()
 }
 
-func (s *Server) track(c *conn) (ok, full bool) {
+// trackResult says whether a new connection is served, and if not, why.
+type trackResult uint8
+
+const (
+	tracked trackResult = iota
+	shuttingDown
+	overMaxConns
+	overMaxConnsPerPeer
+)
+
+// track adds a connection from the peer with pid (0: unknown), unless the
+// server is shutting down or a limit is reached.
+func (s *Server) track(c *conn, pid int32) trackResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shutting.Load() {
-		return false, false
+		return shuttingDown
 	}
 	if len(s.conns) >= s.opts.MaxConns {
-		return false, true
+		return overMaxConns
 	}
-	s.conns[c] = struct{}{}
-	return true, false
+	if pid != 0 {
+		if s.peers[pid] >= s.opts.MaxConnsPerPeer {
+			return overMaxConnsPerPeer
+		}
+		s.peers[pid]++
+	}
+	s.conns[c] = pid
+	return tracked
 }
 
 func (s *Server) untrack(c *conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if pid, ok := s.conns[c]; ok && pid != 0 {
+		if s.peers[pid]--; s.peers[pid] <= 0 {
+			delete(s.peers, pid)
+		}
+	}
 	delete(s.conns, c)
 	if s.shutting.Load() && len(s.conns) == 0 {
 		s.idleOnce.Do(func() { close(s.idle) })

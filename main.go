@@ -183,6 +183,12 @@ func serve(c *cli.Context) error {
 	if c.Int("procs") < 0 {
 		return fmt.Errorf("--procs must be 0 (Go's default) or more")
 	}
+	if c.Duration("idle-timeout") < 0 {
+		return fmt.Errorf("--idle-timeout must be 0 (never) or more")
+	}
+	if c.Int("max-conns-per-peer") < 0 {
+		return fmt.Errorf("--max-conns-per-peer must be 0 (the default) or more")
+	}
 	if n := c.Int("procs"); n > 0 && (c.IsSet("procs") || os.Getenv("GOMAXPROCS") == "") {
 		runtime.GOMAXPROCS(n)
 	}
@@ -195,12 +201,6 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	defer store.Close()
-	if c.Duration("idle-timeout") < 0 {
-		return fmt.Errorf("--idle-timeout must be 0 (never) or more")
-	}
-	if c.Int("max-conns-per-peer") < 0 {
-		return fmt.Errorf("--max-conns-per-peer must be 0 (the default) or more")
-	}
 	l, err := sidecar.Listen(c.String("socket"), os.FileMode(mode))
 	if err != nil {
 		return err

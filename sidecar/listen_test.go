@@ -171,9 +171,10 @@ func TestListenAppliesTheMode(t *testing.T) {
 // under umask 000, which leaves a bound socket at 0777 until a chmod. An
 // observer stats the path in a tight loop across many Listens.
 func TestListenNeverExposesAWiderMode(t *testing.T) {
+	dir := shortDir(t)
+	// The umask is the process's: no test of this package runs in parallel.
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
-	dir := shortDir(t)
 	path := filepath.Join(dir, "q.sock")
 	const mode = 0o600
 
@@ -233,9 +234,9 @@ func TestListenNeverExposesAWiderMode(t *testing.T) {
 // socket has exactly the mode asked, and the private directory it is bound
 // in is usable and removed.
 func TestListenModeUnderAStrictUmask(t *testing.T) {
+	dir := shortDir(t)
 	old := syscall.Umask(0o777)
 	defer syscall.Umask(old)
-	dir := shortDir(t)
 	path := filepath.Join(dir, "q.sock")
 	l := listen(t, path, 0o660)
 	st, err := os.Stat(path)

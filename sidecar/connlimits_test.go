@@ -210,3 +210,42 @@ func TestMaxConnsRefusalIsCountedAndPerPeerDefault(t *testing.T) {
 		}
 	}
 }
+
+// The per-peer count follows tracked connections exactly, and a peer whose
+// pid is unknown (0: a pid namespace the sidecar cannot see) is under the
+// global cap only, so such clients are never refused as if they were one
+// process.
+func TestTrackCountsPeersAndSparesUnknownPIDs(t *testing.T) {
+	s := NewServer(Options{MaxConns: 4, MaxConnsPerPeer: 1})
+	defer s.Close()
+	a, b, u1, u2, u3 := &conn{}, &conn{}, &conn{}, &conn{}, &conn{}
+	for _, step := range []struct {
+		c    *conn
+		pid  int32
+		want trackResult
+	}{
+		{a, 42, tracked},
+		{b, 42, overMaxConnsPerPeer},
+		{u1, 0, tracked},
+		{u2, 0, tracked},
+		{b, 43, tracked},
+		{u3, 0, overMaxConns},
+	} {
+		if got := s.track(step.c, step.pid); got != step.want {
+			t.Fatalf("track(pid %d) = %d, want %d", step.pid, got, step.want)
+		}
+	}
+	s.untrack(a)
+	if got := s.track(&conn{}, 42); got != tracked {
+		t.Fatalf("track(pid 42) after its connection closed = %d, want tracked", got)
+	}
+	for _, c := range []*conn{b, u1, u2} {
+		s.untrack(c)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.peers) != 1 || s.peers[42] != 1 || len(s.conns) != 1 {
+		t.Fatalf("after untracking: peers %v, %d connections; want only pid 42's one", s.peers, len(s.conns))
+	}
+	clear(s.conns) // fake connections: nothing for Close to close
+}

@@ -386,7 +386,7 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		case "release":
 			r.Op = OpRelease
 		default:
-			d.fail(invalid("unknown op " + strconv.Quote(string(s)) + ": one of take, peek, release, ping"))
+			d.fail(invalid("unknown op " + quoteShort(s) + ": one of take, peek, release, ping"))
 		}
 		return nil
 	case fieldSubject:
@@ -620,9 +620,23 @@ func (d *decoder) refuseString(what string) {
 	case fieldOf(d.key) != 0:
 		where = string(d.key)
 	default:
-		where = "field " + strconv.Quote(string(d.key))
+		where = "field " + quoteShort(d.key)
 	}
 	d.fail(invalid(where + " must be valid Unicode: " + what))
+}
+
+// maxQuotedBytes bounds the client text an error message quotes, so that a
+// reply stays a few hundred bytes however long the line.
+const maxQuotedBytes = 64
+
+// quoteShort quotes b, cut to its first maxQuotedBytes bytes ("..." after
+// the quote says so). strconv.Quote escapes whatever is not valid UTF-8,
+// a rune cut in two included.
+func quoteShort(b []byte) string {
+	if len(b) <= maxQuotedBytes {
+		return strconv.Quote(string(b))
+	}
+	return strconv.Quote(string(b[:maxQuotedBytes])) + "..."
 }
 
 // scanNumber consumes a JSON number and reports whether it is an integer

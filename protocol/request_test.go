@@ -617,3 +617,20 @@ func TestErrorIs(t *testing.T) {
 		t.Error("an INVALID error matches a plain error")
 	}
 }
+
+// An error message quotes at most 64 bytes of what the client sent, so a
+// reply stays short however long the line.
+func TestDecodeMessagesQuoteLittle(t *testing.T) {
+	long := strings.Repeat("é", 5000)
+	for _, tt := range []struct{ line, prefix string }{
+		{`{"` + long + `":"\ud800","op":"ping"}`, `field "` + strings.Repeat("é", 32) + `"... must be valid Unicode`},
+		{`{"op":"` + long + `"}`, `unknown op "` + strings.Repeat("é", 32) + `"...: one of`},
+	} {
+		var r protocol.Request
+		err := protocol.Decode([]byte(tt.line), &r)
+		pe, ok := errors.AsType[*protocol.Error](err)
+		if !ok || !strings.HasPrefix(pe.Message, tt.prefix) || len(pe.Message) > 200 {
+			t.Errorf("Decode of a %d-byte line = %v, want a message of at most 200 bytes starting %q", len(tt.line), err, tt.prefix)
+		}
+	}
+}

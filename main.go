@@ -144,6 +144,8 @@ func serveCommand() *cli.Command {
 		&cli.IntFlag{Name: "max-line-bytes", Value: sidecar.DefaultMaxLineBytes, EnvVars: []string{"QUOTAD_MAX_LINE_BYTES"}, Usage: "longest request line; longer ones are answered TOO_LARGE"},
 		&cli.IntFlag{Name: "max-conns", Value: sidecar.DefaultMaxConns, EnvVars: []string{"QUOTAD_MAX_CONNS"}, Usage: "most client connections at once"},
 		&cli.IntFlag{Name: "max-inflight-per-conn", Value: sidecar.DefaultMaxInflightPerConn, EnvVars: []string{"QUOTAD_MAX_INFLIGHT_PER_CONN"}, Usage: "requests of one connection in flight before reading pauses"},
+		&cli.DurationFlag{Name: "idle-timeout", Value: sidecar.DefaultIdleTimeout, EnvVars: []string{"QUOTAD_IDLE_TIMEOUT"}, Usage: "close a connection that sent nothing and has no request in flight for this long (0: never)"},
+		&cli.IntFlag{Name: "max-conns-per-peer", EnvVars: []string{"QUOTAD_MAX_CONNS_PER_PEER"}, Usage: "most connections of one client process (by SO_PEERCRED pid); 0: half of --max-conns, at least 64 (all of a smaller --max-conns)"},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, EnvVars: []string{"QUOTAD_SHUTDOWN_TIMEOUT"}, Usage: "how long in-flight requests may finish after SIGTERM"},
 		&cli.BoolFlag{Name: "allow-inline", Value: true, EnvVars: []string{"QUOTAD_ALLOW_INLINE"}, Usage: "accept inline limit/window_ms; false allows named policies only"},
 		&cli.IntFlag{Name: "procs", Value: sidecar.DefaultProcs, EnvVars: []string{"QUOTAD_PROCS"}, Usage: "threads running quotad's Go code at once (GOMAXPROCS); 0 keeps Go's default (the CPUs, or the container's CPU limit rounded up to at least 2). Without --procs or QUOTAD_PROCS, a GOMAXPROCS variable is obeyed"},
@@ -195,6 +197,8 @@ func serve(c *cli.Context) error {
 		Version:            version,
 		Logger:             log,
 		LogDecisions:       c.String("log-decisions"),
+		IdleTimeout:        c.Duration("idle-timeout"),
+		MaxConnsPerPeer:    c.Int("max-conns-per-peer"),
 	}
 	storeOpts := storeOptions(c)
 	storeOpts.Logger = log

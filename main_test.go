@@ -80,6 +80,8 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{[]string{"--config-poll", "0s"}, "--config-poll"},
 		{[]string{"--redis-flush-delay", "-1us"}, "--redis-flush-delay"},
 		{[]string{"--redis-flush-delay", "2ms"}, "--redis-flush-delay"},
+		{[]string{"--idle-timeout", "-1s"}, "--idle-timeout"},
+		{[]string{"--max-conns-per-peer", "-1"}, "--max-conns-per-peer"},
 		{[]string{"--redis-url", "redis://user:hunter2@%zz:6379"}, "--redis-url"},
 		{[]string{"--socket", filepath.Join(dir, "nodir", "q.sock")}, "directory"},
 		{[]string{"--socket", "/tmp/" + strings.Repeat("x", 120)}, "at most 107"},

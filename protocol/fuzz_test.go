@@ -6,16 +6,19 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"quotad/protocol"
 )
 
 // knownKeys are the request fields Decode reads.
-var knownKeys = []string{"id", "op", "subject", "policy", "limit", "window_ms", "cost", "request_id", "timeout_ms"}
+var knownKeys = []string{"id", "op", "subject", "policy", "limit", "window_ms", "cost", "request_id", "timeout_ms",
+	"algorithm", "rate", "period_ms", "burst", "lease_ms"}
 
 // plainKeys reports whether encoding/json reads the same fields from line
 // as Decode should: every top-level key appears once, and none is a
@@ -61,6 +64,12 @@ func FuzzDecode(f *testing.F) {
 		`{"id":7,"op":"take","subject":"user:42","limit":5,"window_ms":60000,"cost":2,"request_id":"order-1","timeout_ms":250}`,
 		`{"id":"x","op":"peek","subject":"s","policy":"api"}`,
 		`{"op":"take","subject":"\ud83d\ude00\ud800","policy":"p","x":{"a":[1,2.5e-3,null,true]}}`,
+		`{"op":"take","subject":"\ud83d\ude00\ufffd","policy":"p","x":{"\ud83d\ude00":["\uDBFF\uDFFF"]}}`,
+		`{"op":"take","subject":"sur\udbff","policy":"p"}`,
+		`{"op":"take","subject":"\udc00","policy":"p"}`,
+		`{"op":"take","subject":"a\ud800\u0041","policy":"p"}`,
+		`{"id":"\ud800","op":"ping","x":"\udfff","\ud800":1}`,
+		`{"op":"take","subject":"s","algorithm":"concurrency\ud800","limit":1,"lease_ms":1,"request_id":"r\udc00"}`,
 		`{"op":"take","subject":"s","limit":1e0,"window_ms":1}`,
 		`{"op":null,"op":"ping"}`,
 		`{"OP":"ping"}`,
@@ -117,6 +126,13 @@ func FuzzDecode(f *testing.F) {
 		if !json.Valid(line) {
 			t.Fatalf("Decode accepted %q, which encoding/json rejects", line)
 		}
+		// Every string of an accepted line is valid Unicode, wherever it is:
+		// no lone surrogate, no byte that is not UTF-8.
+		for _, raw := range stringTokens(line) {
+			if _, ok := strictString(raw); !ok {
+				t.Fatalf("Decode accepted %q, whose string %q is not valid Unicode", line, raw)
+			}
+		}
 		switch r.Op {
 		case protocol.OpPing:
 		case protocol.OpTake, protocol.OpPeek, protocol.OpRelease:
@@ -124,8 +140,24 @@ func FuzzDecode(f *testing.F) {
 		default:
 			t.Fatalf("Decode accepted %q with op %v", line, r.Op)
 		}
+		if r.Op != protocol.OpPing {
+			checkSubjectIsItsOwn(t, line, r.Subject)
+		}
 		if !plainKeys(line) {
 			return
+		}
+		// Each string field is what a strict decoder makes of it, code point
+		// for code point: encoding/json, below, maps every lone surrogate to
+		// U+FFFD, so agreeing with it alone would let two subjects collide.
+		for name, got := range map[string]string{"op": r.Op.String(), "subject": r.Subject, "policy": r.Policy,
+			"request_id": r.RequestID, "algorithm": r.Algorithm} {
+			raw, ok := topLevelString(line, name)
+			if !ok {
+				continue
+			}
+			if want, _ := strictString(raw); want != got {
+				t.Fatalf("Decode(%q): %s = %q, the strict decoding of %q is %q", line, name, got, raw, want)
+			}
 		}
 		var std struct {
 			ID        json.RawMessage `json:"id"`
@@ -166,6 +198,137 @@ func FuzzDecode(f *testing.F) {
 				r.Limit, r.WindowMS, r.Cost, r.TimeoutMS, nums.Limit, nums.WindowMS, cost, nums.TimeoutMS)
 		}
 	})
+}
+
+// checkSubjectIsItsOwn asserts that an accepted subject round-trips and
+// that no other raw subject decodes to it: the subject re-encoded by
+// encoding/json decodes back to the same bytes, the same subject with a
+// lone surrogate after it is refused, and with U+FFFD after it (the
+// character encoding/json would put in the surrogate's place) decodes to
+// the subject and that character.
+func checkSubjectIsItsOwn(t *testing.T, line []byte, subject string) {
+	t.Helper()
+	enc, err := json.Marshal(subject)
+	if err != nil {
+		t.Fatalf("Decode(%q): subject %q does not encode: %v", line, subject, err)
+	}
+	body := enc[1 : len(enc)-1]
+	decodeSubject := func(raw []byte) (string, error) {
+		var r protocol.Request
+		l := append(append([]byte(`{"op":"peek","policy":"p","subject":"`), raw...), `"}`...)
+		err := protocol.Decode(l, &r)
+		return r.Subject, err
+	}
+	if got, err := decodeSubject(body); err != nil || got != subject {
+		t.Fatalf("Decode(%q): subject %q re-encoded as %s decodes to %q, %v", line, subject, enc, got, err)
+	}
+	for _, lone := range []string{`\ud800`, `\udc00`, `\udbff\u0041`} {
+		if got, err := decodeSubject(append(bytes.Clone(body), lone...)); !errors.Is(err, protocol.ErrInvalid) {
+			t.Fatalf("Decode(%q): subject %q followed by %s decodes to %q, %v; want INVALID", line, subject, lone, got, err)
+		}
+	}
+	if len(subject)+3 <= protocol.MaxSubjectBytes {
+		if got, err := decodeSubject(append(bytes.Clone(body), `\ufffd`...)); err != nil || got != subject+"\ufffd" {
+			t.Fatalf("Decode(%q): subject %q followed by \\ufffd decodes to %q, %v", line, subject, got, err)
+		}
+	}
+}
+
+// stringTokens returns the raw contents of every string in line, a valid
+// JSON text: keys and values, at any depth.
+func stringTokens(line []byte) [][]byte {
+	var out [][]byte
+	for i := 0; i < len(line); i++ {
+		if line[i] != '"' {
+			continue
+		}
+		start := i + 1
+		for i = start; line[i] != '"'; i++ {
+			if line[i] == '\\' {
+				i++
+			}
+		}
+		out = append(out, line[start:i])
+	}
+	return out
+}
+
+// topLevelString returns the raw contents of the top-level member name of
+// line when its value is a string. line is a valid JSON object whose keys
+// are plain (plainKeys).
+func topLevelString(line []byte, name string) ([]byte, bool) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if _, err := dec.Token(); err != nil {
+		return nil, false
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, false
+		}
+		if key == name && len(raw) > 0 && raw[0] == '"' {
+			return raw[1 : len(raw)-1], true
+		}
+	}
+	return nil, false
+}
+
+// strictString decodes the raw contents of a JSON string as RFC 8259 and
+// RFC 3629 read together: escapes are UTF-16 code units and must pair up
+// into code points, raw bytes must be UTF-8. ok is false when the string is
+// not valid Unicode. It is written apart from Decode's scanner, from
+// unicode/utf16, so that the two can be compared.
+func strictString(raw []byte) (s string, ok bool) {
+	var units []uint16
+	for i := 0; i < len(raw); {
+		if raw[i] != '\\' {
+			r, size := utf8.DecodeRune(raw[i:])
+			if r == utf8.RuneError && size == 1 {
+				return "", false
+			}
+			units = utf16.AppendRune(units, r)
+			i += size
+			continue
+		}
+		switch e := raw[i+1]; e {
+		case 'u':
+			n, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+			if err != nil {
+				return "", false
+			}
+			units = append(units, uint16(n))
+			i += 6
+			continue
+		case 'b':
+			units = append(units, '\b')
+		case 'f':
+			units = append(units, '\f')
+		case 'n':
+			units = append(units, '\n')
+		case 'r':
+			units = append(units, '\r')
+		case 't':
+			units = append(units, '\t')
+		default: // '"', '\\', '/'
+			units = append(units, uint16(e))
+		}
+		i += 2
+	}
+	isHigh := func(u uint16) bool { return u >= 0xd800 && u < 0xdc00 }
+	isLow := func(u uint16) bool { return u >= 0xdc00 && u < 0xe000 }
+	for i := 0; i < len(units); i++ {
+		switch {
+		case isHigh(units[i]) && i+1 < len(units) && isLow(units[i+1]):
+			i++
+		case isHigh(units[i]) || isLow(units[i]):
+			return "", false
+		}
+	}
+	return string(utf16.Decode(units)), true
 }
 
 // checkAddressing asserts the field rules of an accepted take or peek.

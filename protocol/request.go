@@ -215,6 +215,11 @@ type decoder struct {
 	pos  int
 	seen field // known keys met so far, null or not, to catch duplicates
 	err  error // first semantic error
+	// key is the top-level member whose value is being scanned, nil while
+	// a top-level key itself is; it names the field in string errors.
+	key []byte
+	// notUnicode is set when a string scanned was not valid Unicode.
+	notUnicode bool
 }
 
 func (d *decoder) fail(err error) {
@@ -234,10 +239,12 @@ func (d *decoder) object(r *Request, idBuf []byte) error {
 	}
 	for {
 		d.space()
-		key, err := d.key()
+		d.key = nil
+		key, err := d.objectKey()
 		if err != nil {
 			return err
 		}
+		d.key = key
 		d.space()
 		if !d.eat(':') {
 			return invalid("invalid JSON: expected ':' after object key")
@@ -265,8 +272,9 @@ func (d *decoder) end() error {
 	return nil
 }
 
-// key returns the object key; the common case (no escapes) aliases the line.
-func (d *decoder) key() ([]byte, error) {
+// objectKey returns the object key; the common case (no escapes) aliases
+// the line.
+func (d *decoder) objectKey() ([]byte, error) {
 	if d.peek() != '"' {
 		return nil, invalid("invalid JSON: expected a string as object key")
 	}
@@ -280,38 +288,44 @@ func (d *decoder) key() ([]byte, error) {
 	return unescape(raw), nil
 }
 
-func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
-	var f field
+// fieldOf is the known field named key, 0 for an unknown key.
+func fieldOf(key []byte) field {
 	switch string(key) {
 	case "id":
-		f = fieldID
+		return fieldID
 	case "op":
-		f = fieldOp
+		return fieldOp
 	case "subject":
-		f = fieldSubject
+		return fieldSubject
 	case "policy":
-		f = fieldPolicy
+		return fieldPolicy
 	case "limit":
-		f = fieldLimit
+		return fieldLimit
 	case "window_ms":
-		f = fieldWindowMS
+		return fieldWindowMS
 	case "cost":
-		f = fieldCost
+		return fieldCost
 	case "request_id":
-		f = fieldRequestID
+		return fieldRequestID
 	case "timeout_ms":
-		f = fieldTimeoutMS
+		return fieldTimeoutMS
 	case "algorithm":
-		f = fieldAlgorithm
+		return fieldAlgorithm
 	case "rate":
-		f = fieldRate
+		return fieldRate
 	case "period_ms":
-		f = fieldPeriodMS
+		return fieldPeriodMS
 	case "burst":
-		f = fieldBurst
+		return fieldBurst
 	case "lease_ms":
-		f = fieldLeaseMS
-	default:
+		return fieldLeaseMS
+	}
+	return 0
+}
+
+func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
+	f := fieldOf(key)
+	if f == 0 {
 		return d.skip(0)
 	}
 	if d.seen&f != 0 {
@@ -330,8 +344,14 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		start := d.pos
 		switch c := d.peek(); {
 		case c == '"':
+			d.notUnicode = false
 			if _, _, err := d.scanString(); err != nil {
 				return err
+			}
+			if d.notUnicode {
+				// Not echoed: the reply must be valid UTF-8, and a client
+				// would not read back what it sent.
+				return nil
 			}
 		case c == '-' || c >= '0' && c <= '9':
 			if _, _, err := d.scanNumber(); err != nil {
@@ -366,7 +386,7 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		case "release":
 			r.Op = OpRelease
 		default:
-			d.fail(invalid("unknown op " + strconv.Quote(string(s)) + ": one of take, peek, release, ping"))
+			d.fail(invalid("unknown op " + quoteShort(s) + ": one of take, peek, release, ping"))
 		}
 		return nil
 	case fieldSubject:
@@ -521,7 +541,11 @@ func (d *decoder) space() {
 
 // scanString consumes a JSON string starting at its opening quote and
 // returns its raw contents (between the quotes) and whether it holds escapes.
-// It rejects raw control characters and invalid UTF-8.
+// A malformed string (raw control character, bad escape, no closing quote)
+// is a syntax error. A well-formed string that is not valid Unicode (raw
+// bytes that are not UTF-8, or a \u escape of a UTF-16 surrogate that is not
+// half of a pair) is a semantic error naming the field: encoding/json would
+// turn each into U+FFFD, so distinct subjects would share one window.
 func (d *decoder) scanString() (raw []byte, escaped bool, err error) {
 	d.pos++ // opening quote
 	start := d.pos
@@ -545,7 +569,11 @@ func (d *decoder) scanString() (raw []byte, escaped bool, err error) {
 				if d.pos+5 > len(d.data) || !isHex4(d.data[d.pos+1:d.pos+5]) {
 					return nil, false, invalid("invalid JSON: bad \\u escape")
 				}
+				r := rune(hexVal(d.data[d.pos+1 : d.pos+5]))
 				d.pos += 5
+				if utf16IsSurrogate(r) && !d.eatLowSurrogate(r) {
+					d.refuseString("lone UTF-16 surrogate \\u" + strconv.FormatInt(int64(r), 16))
+				}
 			default:
 				return nil, false, invalid("invalid JSON: bad escape in string")
 			}
@@ -556,12 +584,59 @@ func (d *decoder) scanString() (raw []byte, escaped bool, err error) {
 		default:
 			r, size := utf8.DecodeRune(d.data[d.pos:])
 			if r == utf8.RuneError && size == 1 {
-				return nil, false, invalid("invalid UTF-8 in string")
+				d.refuseString("invalid UTF-8 byte 0x" + strconv.FormatInt(int64(c), 16))
 			}
 			d.pos += size
 		}
 	}
 	return nil, false, invalid("invalid JSON: unterminated string")
+}
+
+// eatLowSurrogate consumes the \u escape of a low surrogate that pairs with
+// r, a surrogate just scanned, and reports whether there was one. A low
+// surrogate never opens a pair.
+func (d *decoder) eatLowSurrogate(r rune) bool {
+	if r >= 0xdc00 || d.pos+6 > len(d.data) || d.data[d.pos] != '\\' || d.data[d.pos+1] != 'u' ||
+		!isHex4(d.data[d.pos+2:d.pos+6]) {
+		return false
+	}
+	if r2 := hexVal(d.data[d.pos+2 : d.pos+6]); r2 < 0xdc00 || r2 >= 0xe000 {
+		return false
+	}
+	d.pos += 6
+	return true
+}
+
+// refuseString keeps the error of a string that is not valid Unicode,
+// naming where it is: the field, an unknown field's key, or an object key.
+func (d *decoder) refuseString(what string) {
+	d.notUnicode = true
+	if d.err != nil {
+		return // only the first error is reported; spare the message
+	}
+	where := "object key"
+	switch {
+	case d.key == nil:
+	case fieldOf(d.key) != 0:
+		where = string(d.key)
+	default:
+		where = "field " + quoteShort(d.key)
+	}
+	d.fail(invalid(where + " must be valid Unicode: " + what))
+}
+
+// maxQuotedBytes bounds the client text an error message quotes, so that a
+// reply stays a few hundred bytes however long the line.
+const maxQuotedBytes = 64
+
+// quoteShort quotes b, cut to its first maxQuotedBytes bytes ("..." after
+// the quote says so). strconv.Quote escapes whatever is not valid UTF-8,
+// a rune cut in two included.
+func quoteShort(b []byte) string {
+	if len(b) <= maxQuotedBytes {
+		return strconv.Quote(string(b))
+	}
+	return strconv.Quote(string(b[:maxQuotedBytes])) + "..."
 }
 
 // scanNumber consumes a JSON number and reports whether it is an integer
@@ -684,7 +759,8 @@ func isHex4(b []byte) bool {
 }
 
 // unescape decodes the contents of a JSON string already checked by
-// scanString. Lone surrogates become U+FFFD, as in encoding/json.
+// scanString. A lone surrogate becomes U+FFFD, as in encoding/json; only
+// a request that scanString already failed can hold one.
 func unescape(raw []byte) []byte {
 	out := make([]byte, 0, len(raw))
 	for i := 0; i < len(raw); {

@@ -163,29 +163,24 @@ func TestDecodeValid(t *testing.T) {
 			want: want{Op: protocol.OpTake, Subject: "😀", Policy: "p", Cost: 1},
 		},
 		{
-			name: "lone high surrogate becomes U+FFFD",
-			line: `{"op":"take","subject":"a\ud800b","policy":"p"}`,
-			want: want{Op: protocol.OpTake, Subject: "a\ufffdb", Policy: "p", Cost: 1},
+			name: "surrogate pair in upper-case hex",
+			line: `{"op":"take","subject":"\uD83D\uDE00","policy":"p"}`,
+			want: want{Op: protocol.OpTake, Subject: "😀", Policy: "p", Cost: 1},
 		},
 		{
-			name: "lone low surrogate becomes U+FFFD",
-			line: `{"op":"take","subject":"\udc00","policy":"p"}`,
-			want: want{Op: protocol.OpTake, Subject: "\ufffd", Policy: "p", Cost: 1},
+			name: "surrogate pairs back to back and between text",
+			line: `{"op":"take","subject":"a\ud83d\ude00\udbff\udfffb","policy":"p"}`,
+			want: want{Op: protocol.OpTake, Subject: "a😀\U0010ffffb", Policy: "p", Cost: 1},
 		},
 		{
-			name: "high surrogate before a non-surrogate escape",
-			line: `{"op":"take","subject":"\ud800\u0041","policy":"p"}`,
-			want: want{Op: protocol.OpTake, Subject: "\ufffdA", Policy: "p", Cost: 1},
+			name: "escaped U+FFFD is the character itself",
+			line: `{"op":"take","subject":"\ufffd\uffff\ud7ff\ue000","policy":"p"}`,
+			want: want{Op: protocol.OpTake, Subject: "\ufffd\uffff\ud7ff\ue000", Policy: "p", Cost: 1},
 		},
 		{
-			name: "two high surrogates then a pair",
-			line: `{"op":"take","subject":"\ud800\ud83d\ude00","policy":"p"}`,
-			want: want{Op: protocol.OpTake, Subject: "\ufffd😀", Policy: "p", Cost: 1},
-		},
-		{
-			name: "high surrogate at end of string",
-			line: `{"op":"take","subject":"x\ud83d","policy":"p"}`,
-			want: want{Op: protocol.OpTake, Subject: "x\ufffd", Policy: "p", Cost: 1},
+			name: "surrogate pair in an unknown field and an unknown key",
+			line: `{"x\ud83d\ude00":["\ud83d\ude00",{"\ud83d\ude00":1}],"op":"ping"}`,
+			want: want{Op: protocol.OpPing, Cost: 1},
 		},
 		{
 			name: "escaped key matches like encoding/json",
@@ -447,6 +442,105 @@ func TestDecodeInvalid(t *testing.T) {
 	}
 }
 
+// A string that is not valid Unicode is INVALID wherever it is, and the
+// message names where: encoding/json would decode each lone surrogate or
+// invalid byte to U+FFFD, so "sur\ud800" and "sur\udbff" would be one
+// subject and share one window.
+func TestDecodeRefusesStringsThatAreNotUnicode(t *testing.T) {
+	// take builds a take by policy with the given subject and extra fields.
+	take := func(subject, extra string) string {
+		return `{"id":"t","op":"take","subject":"` + subject + `","policy":"p"` + extra + `}`
+	}
+	tests := []struct {
+		name   string
+		line   string
+		wantID string // the id the error reply echoes
+		want   string // the message, exactly
+	}{
+		{"lone high surrogate", take(`sur\ud800`, ""), `"t"`, `subject must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"last high surrogate", take(`sur\udbff`, ""), `"t"`, `subject must be valid Unicode: lone UTF-16 surrogate \udbff`},
+		{"lone low surrogate", take(`\udc00`, ""), `"t"`, `subject must be valid Unicode: lone UTF-16 surrogate \udc00`},
+		{"last low surrogate in upper case", take(`a\uDFFF`, ""), `"t"`, `subject must be valid Unicode: lone UTF-16 surrogate \udfff`},
+		{"low surrogate before a high one", take(`\ude00\ud83d`, ""), `"t"`, `subject must be valid Unicode: lone UTF-16 surrogate \ude00`},
+		{"high surrogate before a non-surrogate escape", take(`\ud800\u0041`, ""), `"t"`, `subject must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"high surrogate before another escape", take(`\ud800\n`, ""), `"t"`, `subject must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"high surrogate before a raw character", take(`\ud800A`, ""), `"t"`, `subject must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"two high surrogates then a pair", take(`\ud800\ud83d\ude00`, ""), `"t"`, `subject must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"high surrogate at the end", take(`x\ud83d`, ""), `"t"`, `subject must be valid Unicode: lone UTF-16 surrogate \ud83d`},
+		{"pair then a lone low surrogate", take(`\ud83d\ude00\ude00`, ""), `"t"`, `subject must be valid Unicode: lone UTF-16 surrogate \ude00`},
+		{"policy", `{"id":"t","op":"take","subject":"s","policy":"p\ud800"}`, `"t"`, `policy must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"request_id", take("s", `,"request_id":"r\udc00"`), `"t"`, `request_id must be valid Unicode: lone UTF-16 surrogate \udc00`},
+		{"op", `{"id":"t","op":"ping\ud800"}`, `"t"`, `op must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"algorithm", `{"id":"t","op":"take","subject":"s","algorithm":"\ud800","limit":1,"window_ms":1}`, `"t"`, `algorithm must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"string id, not echoed", `{"id":"i\ud800","op":"ping"}`, "", `id must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"unknown field", `{"id":"t","x":"\ud800","op":"ping"}`, `"t"`, `field "x" must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"nested in an unknown field", `{"id":"t","x":[{"k":"\udc00"}],"op":"ping"}`, `"t"`, `field "x" must be valid Unicode: lone UTF-16 surrogate \udc00`},
+		{"key nested in an unknown field", `{"id":"t","x":{"\ud800":1},"op":"ping"}`, `"t"`, `field "x" must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"object key", `{"id":"t","\ud800":1,"op":"ping"}`, `"t"`, `object key must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"before the id", `{"op":"take","subject":"\ud800","policy":"p","id":9}`, "9", `subject must be valid Unicode: lone UTF-16 surrogate \ud800`},
+		{"first of two faults", take(`\ud800`, `,"request_id":"\udc00"`), `"t"`, `subject must be valid Unicode: lone UTF-16 surrogate \ud800`},
+
+		// Raw bytes that are not UTF-8 were refused before too; the message
+		// now names the field, and the id after them is echoed.
+		{"invalid UTF-8 byte", take("a\xffb", ""), `"t"`, `subject must be valid Unicode: invalid UTF-8 byte 0xff`},
+		{"overlong encoding", take("\xc0\xaf", ""), `"t"`, `subject must be valid Unicode: invalid UTF-8 byte 0xc0`},
+		{"UTF-8 encoded surrogate", take("\xed\xa0\x80", ""), `"t"`, `subject must be valid Unicode: invalid UTF-8 byte 0xed`},
+		{"truncated sequence", take("\xe2\x82", ""), `"t"`, `subject must be valid Unicode: invalid UTF-8 byte 0xe2`},
+		{"invalid UTF-8 before the id", "{\"op\":\"take\",\"subject\":\"\xff\",\"policy\":\"p\",\"id\":9}", "9", `subject must be valid Unicode: invalid UTF-8 byte 0xff`},
+		{"invalid UTF-8 in an unknown field", "{\"id\":\"t\",\"x\":[\"\xff\"],\"op\":\"ping\"}", `"t"`, `field "x" must be valid Unicode: invalid UTF-8 byte 0xff`},
+		{"invalid UTF-8 in a string id, not echoed", "{\"id\":\"\xf7\",\"op\":\"ping\"}", "", `id must be valid Unicode: invalid UTF-8 byte 0xf7`},
+		{"invalid UTF-8 in an object key", "{\"id\":\"t\",\"\xfe\":1,\"op\":\"ping\"}", `"t"`, `object key must be valid Unicode: invalid UTF-8 byte 0xfe`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r protocol.Request
+			err := protocol.Decode([]byte(tt.line), &r)
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalid || !errors.Is(err, protocol.ErrInvalid) {
+				t.Fatalf("Decode(%q) = %v (subject %q), want INVALID", tt.line, err, r.Subject)
+			}
+			if pe.Message != tt.want {
+				t.Errorf("Decode(%q) message\n got %q\nwant %q", tt.line, pe.Message, tt.want)
+			}
+			if got := string(r.ID); got != tt.wantID {
+				t.Errorf("Decode(%q): ID = %q, want %q", tt.line, got, tt.wantID)
+			}
+		})
+	}
+}
+
+// Subjects that encoding/json would decode to one string are told apart:
+// each lone surrogate is refused, while the character U+FFFD, raw or
+// escaped, is a subject of its own.
+func TestDecodeDistinctSubjectsStayDistinct(t *testing.T) {
+	subjects := make(map[string]string) // decoded subject -> raw form
+	for _, raw := range []string{`sur\ud800`, `sur\udbff`, `sur\udc00`, `sur\udfff`, `sur\ud800\u0041`, "sur\xff", "sur\xed\xa0\x80",
+		`sur\ufffd`, `sur`, `sur\ud83d\ude00`, `sur\ud83d\ude01`, `sur\u0041`} {
+		var r protocol.Request
+		err := protocol.Decode([]byte(`{"op":"take","subject":"`+raw+`","policy":"p"}`), &r)
+		if err != nil {
+			if !errors.Is(err, protocol.ErrInvalid) {
+				t.Fatalf("subject %q: %v, want INVALID", raw, err)
+			}
+			continue
+		}
+		if prev, ok := subjects[r.Subject]; ok {
+			t.Errorf("subjects %q and %q both decode to %q", prev, raw, r.Subject)
+		}
+		subjects[r.Subject] = raw
+	}
+	// Every valid form above is accepted: the raw U+FFFD is the escaped one.
+	if len(subjects) != 5 {
+		t.Errorf("accepted subjects %q, want the 5 valid ones", subjects)
+	}
+	var raw, escaped protocol.Request
+	if protocol.Decode([]byte(`{"op":"take","subject":"sur\ufffd","policy":"p"}`), &escaped) != nil ||
+		protocol.Decode([]byte("{\"op\":\"take\",\"subject\":\"sur\ufffd\",\"policy\":\"p\"}"), &raw) != nil ||
+		raw.Subject != escaped.Subject || raw.Subject != "sur\ufffd" {
+		t.Errorf("U+FFFD raw %q and escaped %q, want both %q", raw.Subject, escaped.Subject, "sur\ufffd")
+	}
+}
+
 // A Request is reused across lines on a connection: nothing may leak from
 // one line into the next, and nothing decoded may alias the line buffer,
 // which the line reader overwrites.
@@ -521,5 +615,22 @@ func TestErrorIs(t *testing.T) {
 	}
 	if errors.Is(e, errors.New("INVALID: anything")) {
 		t.Error("an INVALID error matches a plain error")
+	}
+}
+
+// An error message quotes at most 64 bytes of what the client sent, so a
+// reply stays short however long the line.
+func TestDecodeMessagesQuoteLittle(t *testing.T) {
+	long := strings.Repeat("é", 5000)
+	for _, tt := range []struct{ line, prefix string }{
+		{`{"` + long + `":"\ud800","op":"ping"}`, `field "` + strings.Repeat("é", 32) + `"... must be valid Unicode`},
+		{`{"op":"` + long + `"}`, `unknown op "` + strings.Repeat("é", 32) + `"...: one of`},
+	} {
+		var r protocol.Request
+		err := protocol.Decode([]byte(tt.line), &r)
+		pe, ok := errors.AsType[*protocol.Error](err)
+		if !ok || !strings.HasPrefix(pe.Message, tt.prefix) || len(pe.Message) > 200 {
+			t.Errorf("Decode of a %d-byte line = %v, want a message of at most 200 bytes starting %q", len(tt.line), err, tt.prefix)
+		}
 	}
 }

@@ -3,7 +3,9 @@ package sidecar
 import (
 	"bufio"
 	"errors"
+	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,12 +127,30 @@ func (c *conn) drain() {
 
 func (c *conn) readLoop() {
 	defer close(c.queue)
-	lr := protocol.NewLineReader(c.nc, readBufSize, c.s.opts.MaxLineBytes)
+	var src io.Reader = c.nc
+	idle := c.s.opts.IdleTimeout
+	if idle > 0 {
+		src = idleReader{c}
+	}
+	lr := protocol.NewLineReader(src, readBufSize, c.s.opts.MaxLineBytes)
 	for !c.stopped.Load() {
+		if idle > 0 && !lr.HasLine() {
+			c.armIdle(idle)
+		}
 		line, err := lr.ReadLine()
 		if errors.Is(err, protocol.ErrTooLarge) {
 			c.answer(newSlot(c), protocol.AppendErr(nil, nil, err))
 			continue
+		}
+		if errors.Is(err, protocol.ErrWouldBlock) {
+			// The idle deadline passed. A connection with requests in
+			// flight, replies not yet written or a partial line is not
+			// idle: it waits again.
+			if c.running.Load() > 0 || len(c.queue) > 0 || lr.Buffered() > 0 {
+				continue
+			}
+			c.s.connMetrics.idleClosed.Inc()
+			return
 		}
 		if err != nil {
 			// EOF, a closed connection or the shutdown read deadline: none
@@ -141,6 +161,33 @@ func (c *conn) readLoop() {
 			c.start(line)
 		}
 	}
+}
+
+// armIdle sets the read deadline at which the connection counts as idle
+// (--idle-timeout): the reader calls it each time it is about to wait for
+// a new line.
+func (c *conn) armIdle(d time.Duration) {
+	_ = c.nc.SetReadDeadline(time.Now().Add(d))
+	if c.stopped.Load() {
+		// stopReading ran meanwhile; its deadline, now, must win. It
+		// stores stopped before setting its deadline, so either it set its
+		// deadline after this one, or this sees stopped.
+		_ = c.nc.SetReadDeadline(time.Now())
+	}
+}
+
+// idleReader is the socket as the reader reads it under --idle-timeout:
+// the idle deadline reads as protocol.ErrWouldBlock, so the line reader
+// keeps a partial line across it and the reader decides whether the
+// connection is idle. A deadline that stopReading set still ends the read.
+type idleReader struct{ c *conn }
+
+func (r idleReader) Read(p []byte) (int, error) {
+	n, err := r.c.nc.Read(p)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !r.c.stopped.Load() {
+		return n, protocol.ErrWouldBlock
+	}
+	return n, err
 }
 
 // answer queues a reply computed by the reader itself.

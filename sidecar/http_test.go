@@ -120,7 +120,9 @@ func TestReadyzFollowsServingAndDraining(t *testing.T) {
 		code, _ := httpGet(t, h, "/readyz")
 		return code == http.StatusOK
 	})
-	// The embedded store is Redis enough: its health is always ok.
+	// The embedded store is Redis enough: once it is up (it starts in the
+	// background, as a Redis is connected to), its health is ok.
+	waitRedisOK(t, c)
 	wantHTTP(t, h, "/redisz", http.StatusOK, "redis ok")
 	if p := c.call(`{"op":"ping"}`); !p.Ready {
 		t.Fatalf("ping on a serving embedded store: %+v, want ready", p)

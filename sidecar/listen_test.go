@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -162,5 +164,136 @@ func TestListenAppliesTheMode(t *testing.T) {
 		if st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != mode {
 			t.Errorf("socket %s has mode %v, want a socket with %v", path, st.Mode(), mode)
 		}
+	}
+}
+
+// The socket never exists at its path with a wider mode than asked, even
+// under umask 000, which leaves a bound socket at 0777 until a chmod. An
+// observer stats the path in a tight loop across many Listens.
+func TestListenNeverExposesAWiderMode(t *testing.T) {
+	dir := shortDir(t)
+	// The umask is the process's: no test of this package runs in parallel.
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	path := filepath.Join(dir, "q.sock")
+	const mode = 0o600
+
+	stop := make(chan struct{})
+	type result struct{ seen, wider int }
+	done := make(chan result)
+	var sawIt atomic.Bool // the observer saw the socket since the last Listen
+	go func() {
+		var r result
+		for {
+			select {
+			case <-stop:
+				done <- r
+				return
+			default:
+			}
+			st, err := os.Lstat(path)
+			if err != nil {
+				continue
+			}
+			r.seen++
+			sawIt.Store(true)
+			if st.Mode().Perm()&^mode != 0 {
+				r.wider++
+			}
+		}
+	}()
+	const rounds = 200
+	for range rounds {
+		sawIt.Store(false)
+		l, err := Listen(path, mode)
+		if err != nil {
+			close(stop)
+			<-done
+			t.Fatalf("Listen: %v", err)
+		}
+		// Keep the socket until the observer has seen it, so every round
+		// is observed at least once.
+		waitFor(t, "the observer to see the socket", sawIt.Load)
+		l.Close()
+	}
+	close(stop)
+	r := <-done
+	if r.wider != 0 {
+		t.Fatalf("the socket was seen %d times of %d with a mode wider than %v", r.wider, r.seen, os.FileMode(mode))
+	}
+	if r.seen < rounds {
+		t.Fatalf("the observer saw the socket %d times in %d rounds", r.seen, rounds)
+	}
+	// Nothing is left behind: no socket, no private directory.
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Fatalf("directory after the rounds: %v, %v; want it empty", entries, err)
+	}
+}
+
+// A umask that forbids everything narrows nothing Listen creates: the
+// socket has exactly the mode asked, and the private directory it is bound
+// in is usable and removed.
+func TestListenModeUnderAStrictUmask(t *testing.T) {
+	dir := shortDir(t)
+	old := syscall.Umask(0o777)
+	defer syscall.Umask(old)
+	path := filepath.Join(dir, "q.sock")
+	l := listen(t, path, 0o660)
+	st, err := os.Stat(path)
+	if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o660 {
+		t.Fatalf("socket %s: %v, %v; want a socket with mode 0660", path, st, err)
+	}
+	if got := l.Addr().String(); got != path {
+		t.Errorf("listener address %q, want %q", got, path)
+	}
+	accepted := make(chan error, 1)
+	go func() {
+		nc, err := l.Accept()
+		if err == nil {
+			nc.Close()
+		}
+		accepted <- err
+	}()
+	if !answers(path) {
+		t.Fatal("the socket does not answer")
+	}
+	if err := <-accepted; err != nil {
+		t.Fatalf("Accept: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 || entries[0].Name() != "q.sock" {
+		t.Fatalf("directory holds %v, want only q.sock", entries)
+	}
+}
+
+// A failed Listen leaves no private directory behind, and a socket whose
+// path was bound by someone else after the stale check is not replaced.
+func TestListenFailureLeavesNothing(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "q.sock")
+	listen(t, path, 0o600)
+	if _, err := Listen(path, 0o600); err == nil {
+		t.Fatal("a second Listen on a live socket succeeded")
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("directory holds %v after a failed Listen, want only the first socket", entries)
+	}
+}
+
+// The private directory must fit in sun_path too: the error says so
+// before anything is created.
+func TestListenDirectoryTooLongForThePrivateBind(t *testing.T) {
+	base := shortDir(t)
+	// A directory of 95 bytes and a short name: the path fits, the private
+	// directory's socket (95 + 13 bytes) does not.
+	dir := pathOfLen(t, base, 95)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Listen(filepath.Join(dir, "q"), 0o600)
+	if err == nil || !strings.Contains(err.Error(), "private directory") || !strings.Contains(err.Error(), "94") {
+		t.Fatalf("Listen = %v, want an error naming the private directory and the 94-byte limit", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("directory holds %v, want nothing", entries)
 	}
 }

@@ -20,6 +20,12 @@ func (o Options) Validate() error {
 	if o.RedisTimeout <= 0 {
 		return errors.New("--redis-timeout must be positive")
 	}
+	if o.IdleTimeout < 0 {
+		return errors.New("--idle-timeout must be 0 (never) or more")
+	}
+	if o.MaxConnsPerPeer < 0 {
+		return errors.New("--max-conns-per-peer must be 0 (the default) or more")
+	}
 	return dispatch.CheckLogDecisions(o.LogDecisions)
 }
 

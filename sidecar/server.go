@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -38,7 +39,25 @@ const (
 	// 2-core machine cost more CPU than the requests and took it from Redis
 	// and the clients (see README, Performance).
 	DefaultProcs = 1
+	// DefaultIdleTimeout is the --idle-timeout default: off. A pooled
+	// client's idle connection looks like a forgotten one, and closing it
+	// would make that client's next request race the close. The per-peer
+	// cap is what keeps one process from holding every connection.
+	DefaultIdleTimeout = time.Duration(0)
 )
+
+// DefaultMaxConnsPerPeer is the --max-conns-per-peer default for a given
+// --max-conns: half of it, so that one process never holds every connection
+// and the others always have room; but at least minDefaultConnsPerPeer (or
+// all of a smaller --max-conns), so that a client's pool is not limited
+// even where --max-conns is small.
+func DefaultMaxConnsPerPeer(maxConns int) int {
+	return max(maxConns/2, min(maxConns, minDefaultConnsPerPeer))
+}
+
+// minDefaultConnsPerPeer is far above the connections a client pool keeps
+// to a local sidecar (a few per thread or event loop).
+const minDefaultConnsPerPeer = 64
 
 // Options configures a Server. Zero values take the defaults above.
 type Options struct {
@@ -57,6 +76,14 @@ type Options struct {
 	// LogDecisions is none (or empty), denied or all: which takes get a
 	// line in the sampled decision log.
 	LogDecisions string
+	// IdleTimeout closes a connection that has no request in flight and
+	// has sent nothing for that long; 0 never does.
+	IdleTimeout time.Duration
+	// MaxConnsPerPeer caps the connections of one client process, told
+	// apart by the pid that SO_PEERCRED reports. 0 takes
+	// DefaultMaxConnsPerPeer(MaxConns). A peer whose pid is 0 (it is in a
+	// pid namespace this process cannot see) is under MaxConns only.
+	MaxConnsPerPeer int
 }
 
 // Server answers protocol requests on Unix-socket connections.
@@ -76,13 +103,15 @@ type Server struct {
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
-	conns     map[*conn]struct{}
+	conns     map[*conn]int32 // open connections, to their peer's pid (0: unknown)
+	peers     map[int32]int   // open connections of each known pid
 	shutting  atomic.Bool
 	idle      chan struct{} // closed when shutting and no connection is left
 	idleOnce  sync.Once
 
-	metrics   *metrics
-	readiness readiness
+	metrics     *metrics
+	connMetrics *connMetrics
+	readiness   readiness
 }
 
 // NewServer returns a server ready to Serve.
@@ -92,6 +121,12 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = DefaultMaxConns
+	}
+	if opts.MaxConnsPerPeer <= 0 {
+		opts.MaxConnsPerPeer = DefaultMaxConnsPerPeer(opts.MaxConns)
+	}
+	if opts.IdleTimeout < 0 {
+		opts.IdleTimeout = 0
 	}
 	if opts.MaxInflightPerConn <= 0 {
 		opts.MaxInflightPerConn = DefaultMaxInflightPerConn
@@ -113,7 +148,8 @@ func NewServer(opts Options) *Server {
 		reqCtx:    ctx,
 		cancelReq: cancel,
 		listeners: make(map[net.Listener]struct{}),
-		conns:     make(map[*conn]struct{}),
+		conns:     make(map[*conn]int32),
+		peers:     make(map[int32]int),
 		idle:      make(chan struct{}),
 	}
 	s.metrics = newMetrics(s)
@@ -123,6 +159,7 @@ func NewServer(opts Options) *Server {
 		Logger: opts.Logger, LogDecisions: opts.LogDecisions, Registry: s.metrics.reg,
 		Context: ctx, Draining: s.shutting.Load,
 	})
+	s.connMetrics = newConnMetrics(s.metrics.reg)
 	return s
 }
 
@@ -184,15 +221,19 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		}
 		backoff = 0
 		c := newConn(s, nc)
-		if ok, full := s.track(c); !ok {
-			if full {
-				s.refuse(nc, protocol.CodeUnavailable, fmt.Sprintf("connection limit reached (%d): nothing was run; retry later", s.opts.MaxConns))
-			} else {
-				s.refuse(nc, protocol.CodeShuttingDown, "the sidecar is shutting down: nothing was run")
-			}
-			continue
+		pid := peerPID(nc)
+		switch s.track(c, pid) {
+		case tracked:
+			go c.serve()
+		case shuttingDown:
+			s.refuse(nc, protocol.CodeShuttingDown, "the sidecar is shutting down: nothing was run")
+		case overMaxConns:
+			s.connMetrics.refused.WithLabelValues(refusedMaxConns).Inc()
+			s.refuse(nc, protocol.CodeUnavailable, fmt.Sprintf("connection limit reached (%d): nothing was run; retry later", s.opts.MaxConns))
+		case overMaxConnsPerPeer:
+			s.connMetrics.refused.WithLabelValues(refusedMaxConnsPerPeer).Inc()
+			s.refuse(nc, protocol.CodeUnavailable, fmt.Sprintf("connection limit per process reached (%d connections of pid %d): nothing was run; close idle connections or retry later", s.opts.MaxConnsPerPeer, pid))
 		}
-		go c.serve()
 	}
 }
 
@@ -209,22 +250,45 @@ func (s *Server) refuse(nc net.Conn, code protocol.Code, msg string) {
 	_ = nc.Close()
 }
 
-func (s *Server) track(c *conn) (ok, full bool) {
+// trackResult says whether a new connection is served, and if not, why.
+type trackResult uint8
+
+const (
+	tracked trackResult = iota
+	shuttingDown
+	overMaxConns
+	overMaxConnsPerPeer
+)
+
+// track adds a connection from the peer with pid (0: unknown), unless the
+// server is shutting down or a limit is reached.
+func (s *Server) track(c *conn, pid int32) trackResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shutting.Load() {
-		return false, false
+		return shuttingDown
 	}
 	if len(s.conns) >= s.opts.MaxConns {
-		return false, true
+		return overMaxConns
 	}
-	s.conns[c] = struct{}{}
-	return true, false
+	if pid != 0 {
+		if s.peers[pid] >= s.opts.MaxConnsPerPeer {
+			return overMaxConnsPerPeer
+		}
+		s.peers[pid]++
+	}
+	s.conns[c] = pid
+	return tracked
 }
 
 func (s *Server) untrack(c *conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if pid, ok := s.conns[c]; ok && pid != 0 {
+		if s.peers[pid]--; s.peers[pid] <= 0 {
+			delete(s.peers, pid)
+		}
+	}
 	delete(s.conns, c)
 	if s.shutting.Load() && len(s.conns) == 0 {
 		s.idleOnce.Do(func() { close(s.idle) })
@@ -295,16 +359,28 @@ func (s *Server) stop(each func(*conn)) {
 // socket file that nobody answers on is replaced; a live socket or a path
 // that is not a socket is an error, so two sidecars never steal each other's
 // socket and a mistyped path never deletes a file.
+//
+// The socket never exists at path with a wider mode than asked, whatever
+// the umask: it is bound in a private directory (mode 0700) created next to
+// path, given its mode there, and then linked into place. link(2), unlike
+// rename(2), fails when path exists, so a socket that appeared at path since
+// the check above is left alone. The process umask is never changed: it is
+// process-wide, and narrowing it for the bind would narrow files that other
+// goroutines create meanwhile.
 func Listen(path string, mode os.FileMode) (net.Listener, error) {
-	// sun_path holds 108 bytes on Linux, including the terminating NUL.
-	if len(path) > 107 {
-		return nil, fmt.Errorf("--socket %q: path is %d bytes, a unix socket path allows at most 107", path, len(path))
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("--socket %q: path is %d bytes, a unix socket path allows at most %d", path, len(path), maxSocketPath)
 	}
 	dir := filepath.Dir(path)
 	if st, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("--socket %q: directory %s: %w", path, dir, err)
 	} else if !st.IsDir() {
 		return nil, fmt.Errorf("--socket %q: %s is not a directory", path, dir)
+	}
+	// The private directory is dir/.qXXXXXXXX, the socket in it "s".
+	if n := len(dir) + len("/.q01234567/s"); n > maxSocketPath {
+		return nil, fmt.Errorf("--socket %q: directory %s is %d bytes, at most %d: the socket is first bound in a private directory inside it",
+			path, dir, len(dir), maxSocketPath-len("/.q01234567/s"))
 	}
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode()&os.ModeSocket == 0 {
@@ -324,15 +400,73 @@ func Listen(path string, mode os.FileMode) (net.Listener, error) {
 			return nil, fmt.Errorf("remove stale socket: %w", err)
 		}
 	}
-	l, err := net.Listen("unix", path)
+	private, err := makePrivateDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--socket %q: create a private directory to bind in: %w", path, err)
+	}
+	defer os.RemoveAll(private)
+	tmp := filepath.Join(private, "s")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listen on unix socket: %w", err)
 	}
-	// Go removes the file when the listener is closed.
-	l.(*net.UnixListener).SetUnlinkOnClose(true)
-	if err := os.Chmod(path, mode); err != nil {
+	// The socket's name moves to path; the wrapper removes that name.
+	l.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, mode); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("chmod socket: %w", err)
 	}
-	return l, nil
+	if err := os.Link(tmp, path); err != nil {
+		l.Close()
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("--socket %q: another process created it while this one started", path)
+		}
+		return nil, fmt.Errorf("--socket %q: move the socket into place: %w", path, err)
+	}
+	return &unixListener{UnixListener: l, addr: &net.UnixAddr{Name: path, Net: "unix"}}, nil
+}
+
+// maxSocketPath is the longest path a Unix socket can be bound at: sun_path
+// holds 108 bytes on Linux, including the terminating NUL.
+const maxSocketPath = 107
+
+// makePrivateDir creates a directory in dir that only this user may enter.
+// The umask may only narrow Mkdir's 0700; Chmod makes it exactly 0700 so
+// the socket can be bound in it (and it never is wider).
+func makePrivateDir(dir string) (string, error) {
+	for range 100 {
+		p := filepath.Join(dir, fmt.Sprintf(".q%08x", rand.Uint32()))
+		err := os.Mkdir(p, 0o700)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if err := os.Chmod(p, 0o700); err != nil {
+			os.Remove(p)
+			return "", err
+		}
+		return p, nil
+	}
+	return "", errors.New("no free name")
+}
+
+// unixListener is a listener whose socket was bound under another name and
+// linked to addr: Addr reports addr, and Close removes it, as
+// net.UnixListener does for the name it bound.
+type unixListener struct {
+	*net.UnixListener
+	addr *net.UnixAddr
+	once sync.Once
+}
+
+func (l *unixListener) Addr() net.Addr { return l.addr }
+
+// Close removes the socket's name, then closes the socket, in
+// net.UnixListener's order. Only the first call removes the name: after it,
+// the name may be another sidecar's.
+func (l *unixListener) Close() error {
+	l.once.Do(func() { _ = os.Remove(l.addr.Name) })
+	return l.UnixListener.Close()
 }

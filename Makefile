@@ -40,11 +40,15 @@ lint: ## gofmt and go vet
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-test-deps: ## make sure redis-server, python3 and node are installed (apt-get when root)
+test-deps: ## make sure redis-server, python3 (venv, wheel, mypy), node and npm are installed (apt-get when root)
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
+	python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
+	ls /usr/share/python-wheels/wheel-*.whl >/dev/null 2>&1 || missing="$$missing python3-wheel-whl"; \
+	command -v mypy >/dev/null 2>&1 || missing="$$missing mypy"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	[ -z "$$missing" ] && exit 0; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing$$missing with apt-get"; \

@@ -156,8 +156,8 @@ func TestReadmeAlgorithmExamples(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ fence, interpreter, file, client, want string }{
-		{"py", "python3", "example.py", filepath.Join("integration", "clients", "python", "quotad.py"), "released True"},
-		{"mjs", "node", "example.mjs", filepath.Join("integration", "clients", "node", "quotad.mjs"), "released true"},
+		{"py", "python3", "example.py", pythonPackage, "released True"},
+		{"mjs", "node", "example.mjs", nodePackage, "released true"},
 	} {
 		t.Run(tc.fence, func(t *testing.T) {
 			// A sidecar of its own (its own key prefix): the console

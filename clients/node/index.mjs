@@ -400,6 +400,9 @@ export class Client {
     this._nextId = 1;
     this._connections = 0;
     this._old = [];
+    // Set once a connection was lost: the next connection waits for a
+    // sidecar that reaches Redis before carrying calls.
+    this._lost = false;
   }
 
   // Connect now; rejects with ConnectionError if the socket does not answer.
@@ -523,8 +526,12 @@ export class Client {
         if (r === PENDING) c.timedOut(timeout);
         else if (r === LOST) {
           last = conn.failure ?? 'connection lost';
+          this._lost = true;
           c.lost(last, retry);
-        } else if (!c.settle(r, retry)) conn.retired = true;
+        } else if (!c.settle(r, retry)) {
+          conn.retired = true;
+          this._lost = true;
+        }
       });
       todo = retry;
     }
@@ -553,6 +560,29 @@ export class Client {
     }
   }
 
+  // Ping until the sidecar says it reaches Redis. A sidecar that just
+  // started answers UNAVAILABLE (not run) until then; the calls being resent
+  // should wait for it rather than fail. Once the deadline is near, they go
+  // anyway and get the sidecar's own answer.
+  async _awaitReady(conn, deadline) {
+    for (let attempt = 1; conn.usable(); attempt++) {
+      const ping = new Call({ op: 'ping' });
+      ping.encode(this._nextId++);
+      const [r] = await settleBy(conn.send([ping]), deadline);
+      if (r === PENDING || r === LOST) return;
+      if (r.redis_ok === true) {
+        this._lost = false;
+        return;
+      }
+      if (r.error === 'SHUTTING_DOWN') {
+        conn.retired = true;
+        return;
+      }
+      if (left(deadline) <= backoff(attempt)) return;
+      await sleep(backoff(attempt));
+    }
+  }
+
   async _open(deadline, retry) {
     const old = this._conn;
     this._conn = null;
@@ -571,8 +601,10 @@ export class Client {
           socket.destroy();
           throw new ConnectionError('quotad client is closed');
         }
-        this._conn = new Conn(socket);
+        const fresh = new Conn(socket);
         this._connections++;
+        if (this._lost) await this._awaitReady(fresh, deadline);
+        this._conn = fresh;
         return;
       } catch (err) {
         if (err instanceof QuotadError) throw err;

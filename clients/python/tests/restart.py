@@ -169,8 +169,8 @@ def main(rounds: int) -> int:
                       "outcome_unknown_counted": counted_unknown, "problems": len(tally.problems),
                       "thread_reconnects": q.reconnects, "asyncio_reconnects": aio_reconnects[0]},
                      separators=(",", ":")), flush=True)
-    for p in tally.problems[:20]:
-        print("problem:", p, file=sys.stderr)
+    for problem in tally.problems[:20]:
+        print("problem:", problem, file=sys.stderr)
     if q.reconnects == 0 or aio_reconnects[0] == 0:
         print("problem: a client never reconnected", file=sys.stderr)
         return 1

@@ -16,7 +16,7 @@ import socket
 import tempfile
 import threading
 import unittest
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple, Type
 
 import quotad
 
@@ -216,7 +216,7 @@ class ErrorsTest(unittest.TestCase):
         s = f"{PREFIX}-err"
         q = self.q
         q.take(s, limit=5, window_ms=60000, cost=2, request_id="order-1")
-        cases = [
+        cases: List[Tuple[Type[quotad.QuotadError], str, Callable[[], Any]]] = [
             (quotad.Conflict, "CONFLICT", lambda: q.take(s, limit=5, window_ms=60000, cost=1, request_id="order-1")),
             (quotad.Invalid, "INVALID", lambda: q.take(s, limit=5, window_ms=60000, cost=-1)),
             (quotad.PolicyMismatch, "POLICY", lambda: q.take(s, limit=6, window_ms=60000)),
@@ -258,7 +258,7 @@ class ErrorsTest(unittest.TestCase):
 
     def test_unknown_keyword_arguments(self) -> None:
         s = f"{PREFIX}-kw"
-        calls = [
+        calls: List[Callable[[], Any]] = [
             lambda: self.q.take(s, limit=5, window_ms=60000, requestid="x"),  # type: ignore[call-arg]
             lambda: self.q.take(s, algorithm="token_bucket", rate=1, period_ms=1000, brust=3),  # type: ignore[call-arg]
             lambda: self.q.peek(s, limit=5, window_ms=60000, cost=1),  # type: ignore[call-arg]
@@ -289,13 +289,19 @@ class ErrorsTest(unittest.TestCase):
     def test_timeout(self) -> None:
         silent = SilentServer()
         self.addCleanup(silent.close)
+        # A client each: after a timeout the next connection first waits
+        # for a ping, which the silent server never answers either.
         with quotad.Client(silent.path, timeout=0.2) as q:
             with self.assertRaises(quotad.Timeout) as cm:
                 q.ping()
             self.assertEqual(cm.exception.code, "TIMEOUT")
             self.assertIsInstance(cm.exception, TimeoutError)
+            with self.assertRaises(quotad.Timeout):
+                q.ping()
+        with quotad.Client(silent.path, timeout=0.2) as q:
             with self.assertRaises(quotad.OutcomeUnknown):
                 q.take("x", limit=1, window_ms=1000)
+        with quotad.Client(silent.path, timeout=5) as q:
             with self.assertRaises(quotad.Timeout):
                 q.peek("x", limit=1, window_ms=1000, timeout=0.1)
 

@@ -498,6 +498,9 @@ class Client:
         self._closed = False
         self._ids = itertools.count(1)
         self._reconnects = 0
+        # Set once a connection was lost: the next connection waits for a
+        # sidecar that reaches Redis before carrying calls.
+        self._lost = False
         try:
             first = _Conn(path, self._timeout)
         except OSError as e:
@@ -668,6 +671,7 @@ class Client:
                     conn.close()
                     self._open -= 1
                     self._reconnects += 1
+                    self._lost = True
                 if self._open < self._max:
                     self._open += 1
                     break
@@ -689,16 +693,46 @@ class Client:
         attempt = 0
         while True:
             left = None if deadline is None else deadline - time.monotonic()
+            conn: Optional[_Conn] = None
             try:
                 if left is not None and left <= 0:
                     raise socket.timeout("timed out")
-                return _Conn(self._path, left)
-            except OSError as e:
+                conn = _Conn(self._path, left)
+                if self._lost:
+                    self._await_ready(conn, deadline)
+                return conn
+            except (OSError, EOFError, _BadReply) as e:
+                if conn is not None:
+                    conn.close()
                 attempt += 1
                 left = None if deadline is None else deadline - time.monotonic()
-                if (left is not None and left <= 0) or attempt >= _MAX_ATTEMPTS * 4:
+                if left is not None and left <= 0:
+                    raise Timeout(f"no ready quotad at {self._path} within the timeout: {e}") from e
+                if attempt >= _MAX_ATTEMPTS * 4:
                     raise ConnectionError(f"cannot connect to quotad at {self._path}: {e}") from e
                 time.sleep(_backoff(attempt) if left is None else min(_backoff(attempt), left))
+
+    def _await_ready(self, conn: _Conn, deadline: Optional[float]) -> None:
+        """Ping until the sidecar says it reaches Redis. A sidecar that just
+        started answers UNAVAILABLE (not run) until then; the calls being
+        resent should wait for it rather than fail. Once the deadline is
+        near, the calls go anyway and get the sidecar's own answer."""
+        attempt = 0
+        while True:
+            ping = _Call({"op": "ping"})
+            ping.encode(next(self._ids))
+            conn.exchange([ping], deadline)
+            reply = ping.reply or {}
+            if reply.get("redis_ok") is True:
+                self._lost = False
+                return
+            if reply.get("error") == "SHUTTING_DOWN":
+                raise EOFError("quotad is shutting down")
+            attempt += 1
+            pause = _backoff(attempt)
+            if deadline is not None and deadline - time.monotonic() <= pause:
+                return
+            time.sleep(pause)
 
     def _release(self, conn: _Conn) -> None:
         with self._cond:
@@ -714,6 +748,7 @@ class Client:
         with self._cond:
             self._open -= 1
             self._reconnects += 1
+            self._lost = True
             self._cond.notify()
 
 
@@ -838,6 +873,9 @@ class AsyncClient:
         self._ids = itertools.count(1)
         self._connections = 0
         self._old: List[_AsyncConn] = []
+        # Set once a connection was lost: the next connection waits for a
+        # sidecar that reaches Redis before carrying calls.
+        self._lost = False
 
     @property
     def reconnects(self) -> int:
@@ -953,9 +991,11 @@ class AsyncClient:
                     c.timed_out(timeout)
                 elif fut.result() is _LOST:
                     last = conn.failure or "connection lost"
+                    self._lost = True
                     c.lost(last, retry)
                 elif not c.settle(fut.result(), retry):
                     conn.retired = True
+                    self._lost = True
             todo = retry
         for c in todo:
             c.error = ConnectionError(f"quotad connection kept failing ({last}); gave up after {_MAX_ATTEMPTS} attempts")
@@ -992,12 +1032,42 @@ class AsyncClient:
                 except (OSError, asyncio.TimeoutError) as e:
                     attempt += 1
                     left = None if deadline is None else deadline - time.monotonic()
+                    if retry and left is not None and left <= 0:
+                        raise Timeout(f"no quotad at {self._path} within the timeout: {e or 'timed out'}") from e
                     if not retry or (left is not None and left <= 0) or attempt >= _MAX_ATTEMPTS * 4:
                         raise ConnectionError(f"cannot connect to quotad at {self._path}: {e or 'timed out'}") from e
                     await asyncio.sleep(_backoff(attempt) if left is None else min(_backoff(attempt), left))
             if self._closed:
                 writer.close()
                 raise ConnectionError("quotad client is closed")
-            self._conn = _AsyncConn(reader, writer)
+            fresh = _AsyncConn(reader, writer)
             self._connections += 1
-            return self._conn
+            if self._lost:
+                await self._await_ready(fresh, deadline)
+            self._conn = fresh
+            return fresh
+
+    async def _await_ready(self, conn: _AsyncConn, deadline: Optional[float]) -> None:
+        """Ping until the sidecar says it reaches Redis; see Client._await_ready.
+        A connection that fails meanwhile is left to the calls to notice."""
+        attempt = 0
+        while conn.usable():
+            ping = _Call({"op": "ping"})
+            ping.encode(next(self._ids))
+            fut = conn.send([ping])[0]
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            await asyncio.wait([fut], timeout=left)
+            if not fut.done() or fut.result() is _LOST:
+                return
+            reply = fut.result()
+            if reply.get("redis_ok") is True:
+                self._lost = False
+                return
+            if reply.get("error") == "SHUTTING_DOWN":
+                conn.retired = True
+                return
+            attempt += 1
+            pause = _backoff(attempt)
+            if deadline is not None and deadline - time.monotonic() <= pause:
+                return
+            await asyncio.sleep(pause)

@@ -298,6 +298,12 @@ class Conn {
   // Queue calls and write them in one write, so the order on the wire is
   // the order of this.waiting.
   send(calls) {
+    if (this.socket.destroyed || !this.socket.writable) {
+      // Lost before the events said so: nothing is written, so every call
+      // may go on the next connection.
+      this.fail(this.failure ?? 'quotad closed the connection');
+      return calls.map(() => Promise.resolve(LOST));
+    }
     const promises = calls.map((c) => new Promise((resolve) => this.waiting.push({ id: c.id, resolve })));
     this.socket.write(calls.map((c) => c.line).join(''));
     for (const c of calls) c.written = true;

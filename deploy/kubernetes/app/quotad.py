@@ -787,6 +787,15 @@ class _AsyncConn:
         order on the wire is the order of self.waiting."""
         loop = asyncio.get_running_loop()
         futures = []
+        if self.writer.transport.is_closing():
+            # Lost before the reader noticed: nothing is written, so every
+            # call may go on the next connection.
+            self.fail(self.failure or "quotad closed the connection")
+            for c in calls:
+                lost: asyncio.Future[Any] = loop.create_future()
+                lost.set_result(_LOST)
+                futures.append(lost)
+            return futures
         for c in calls:
             fut: asyncio.Future[Any] = loop.create_future()
             self.waiting.append(_Entry(c.id, fut))

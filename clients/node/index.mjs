@@ -584,7 +584,7 @@ export class Client {
         conn.retired = true;
         return;
       }
-      if (left(deadline) <= backoff(attempt)) return;
+      if (attempt >= MAX_ATTEMPTS || left(deadline) <= backoff(attempt)) return;
       await sleep(backoff(attempt));
     }
   }

@@ -730,7 +730,7 @@ class Client:
                 raise EOFError("quotad is shutting down")
             attempt += 1
             pause = _backoff(attempt)
-            if deadline is not None and deadline - time.monotonic() <= pause:
+            if attempt >= _MAX_ATTEMPTS or deadline is not None and deadline - time.monotonic() <= pause:
                 return
             time.sleep(pause)
 
@@ -1077,6 +1077,6 @@ class AsyncClient:
                 return
             attempt += 1
             pause = _backoff(attempt)
-            if deadline is not None and deadline - time.monotonic() <= pause:
+            if attempt >= _MAX_ATTEMPTS or deadline is not None and deadline - time.monotonic() <= pause:
                 return
             await asyncio.sleep(pause)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -384,4 +385,51 @@ func runReadmeSnippet(t *testing.T, readme []byte, fence, interpreter, file, cli
 		t.Fatal(err)
 	}
 	return run(t, dir, cleanEnv(), cliTimeout, bin, file)
+}
+
+// TestClientReadmeExamples runs every ```python block of
+// clients/python/README.md and every ```mjs block of clients/node/README.md,
+// in order, with the package installed and the socket at ./quotad.sock.
+func TestClientReadmeExamples(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	sc := startSidecar(t, r.URL())
+	for _, tc := range []struct{ pkg, fence, ext string }{
+		{pythonPackage, "python", ".py"},
+		{nodePackage, "mjs", ".mjs"},
+	} {
+		t.Run(tc.fence, func(t *testing.T) {
+			readme, err := os.ReadFile(filepath.Join(moduleRoot, tc.pkg, "README.md"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			blocks := regexp.MustCompile("(?s)```"+tc.fence+"\n(.*?)```").FindAllSubmatch(readme, -1)
+			if len(blocks) == 0 {
+				t.Fatalf("%s/README.md has no ```%s example", tc.pkg, tc.fence)
+			}
+			dir := t.TempDir()
+			var bin string
+			if tc.pkg == pythonPackage {
+				bin = installPython(t, dir)
+			} else {
+				installNode(t, dir)
+				bin = lookPath(t, "node")
+			}
+			if err := os.Symlink(sc.socket, filepath.Join(dir, "quotad.sock")); err != nil {
+				t.Fatal(err)
+			}
+			for i, b := range blocks {
+				file := "example" + strconv.Itoa(i) + tc.ext
+				if err := os.WriteFile(filepath.Join(dir, file), b[1], 0o644); err != nil {
+					t.Fatal(err)
+				}
+				out := run(t, dir, cleanEnv(), cliTimeout, bin, file)
+				if strings.TrimSpace(out) == "" {
+					t.Fatalf("%s/README.md example %d printed nothing", tc.pkg, i)
+				}
+				t.Logf("%s example %d: %s", tc.fence, i, strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]))
+			}
+		})
+	}
+	assertKeysHaveTTL(t, r, sc.prefix)
 }

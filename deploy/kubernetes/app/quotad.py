@@ -485,7 +485,7 @@ class Client:
     does not answer, so a wrong path shows at once.
     """
 
-    def __init__(self, path: str = DEFAULT_SOCKET, *, timeout: Optional[float] = DEFAULT_TIMEOUT,
+    def __init__(self, path: str = DEFAULT_SOCKET, timeout: Optional[float] = DEFAULT_TIMEOUT, *,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         if not isinstance(max_connections, int) or max_connections < 1:
             raise ValueError(f"max_connections must be an integer of at least 1, not {max_connections!r}")
@@ -873,7 +873,7 @@ class AsyncClient:
     loop; `async with AsyncClient(path) as q:` closes it at the end.
     """
 
-    def __init__(self, path: str = DEFAULT_SOCKET, *, timeout: Optional[float] = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, path: str = DEFAULT_SOCKET, timeout: Optional[float] = DEFAULT_TIMEOUT) -> None:
         self._path = path
         self._timeout = _timeout_of(None, timeout)
         self._conn: Optional[_AsyncConn] = None

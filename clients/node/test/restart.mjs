@@ -8,7 +8,9 @@
 // in between and then writes that line. Afterwards every call is checked:
 // a take with a request_id succeeded with its own reply and was counted
 // exactly once; a take without one succeeded the same way, or rejected with
-// OutcomeUnknown and was counted at most once; nothing else happened.
+// OutcomeUnknown and was counted at most once; nothing else happened; and
+// a client left idle across the restarts sends its next take, one without a
+// request_id, on a new connection and gets its answer.
 // Prints its figures as one JSON line; exits 1 if a check failed.
 
 import readline from 'node:readline';
@@ -24,6 +26,8 @@ const params = (n) => ({ limit: 1000 + (n % 1000), window_ms: WINDOW_MS, cost: 1
 
 const lines = readline.createInterface({ input: process.stdin })[Symbol.asyncIterator]();
 const q = new Client(SOCKET, { timeoutMs: 60000 });
+const idle = await Client.connect(SOCKET, { timeoutMs: 60000 });
+await idle.ping();
 let seq = 0;
 let calls = 0;
 let stop = false;
@@ -69,6 +73,14 @@ for (let r = 1; r <= rounds; r++) {
 await waitFor(calls + 300);
 stop = true;
 await Promise.all(chains);
+
+try {
+  const r = await idle.take(`${PREFIX}-idle`, { limit: 1, window_ms: WINDOW_MS });
+  if (!(r.allowed && r.used === 1)) problems.push(`idle client: wrong reply ${JSON.stringify(r)}`);
+} catch (err) {
+  problems.push(`idle client: ${err}`);
+}
+await idle.close();
 
 const unknownSet = new Set(unknown);
 let countedUnknown = 0;

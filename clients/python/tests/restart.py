@@ -12,7 +12,10 @@ the last round the script checks every call:
   its own subject, limit and cost), and was counted exactly once;
 - a take without one succeeded the same way, or raised OutcomeUnknown and
   was counted at most once (never resent);
-- nothing else: no other error, no reply of another call.
+- nothing else: no other error, no reply of another call;
+- a client left idle across the restarts sends its next take, one without
+  a request_id, on a new connection: it finds its old one closed before
+  writing, so the take succeeds rather than having an unknown outcome.
 
 It prints its figures as one JSON line and exits 1 if any check failed.
 """
@@ -84,6 +87,8 @@ def main(rounds: int) -> int:
             return next(seq)
 
     q = quotad.Client(SOCKET, timeout=TIMEOUT, max_connections=THREADS)
+    idle = quotad.Client(SOCKET, timeout=TIMEOUT)
+    idle.ping()
 
     def worker(w: int) -> None:
         while not stop.is_set():
@@ -145,6 +150,14 @@ def main(rounds: int) -> int:
         stop.set()
         for t in threads:
             t.join()
+
+    try:
+        idle_reply = idle.take(f"{PREFIX}-idle", limit=1, window_ms=WINDOW_MS)
+        if not (idle_reply["allowed"] and idle_reply["used"] == 1):
+            tally.problems.append(f"idle client: wrong reply {idle_reply}")
+    except quotad.QuotadError as e:
+        tally.problems.append(f"idle client: {type(e).__name__}: {e}")
+    idle.close()
 
     # Every call is counted in its own window: once if it succeeded, at
     # most once if its outcome is unknown.

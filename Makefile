@@ -48,14 +48,18 @@ TOOLS_BIN     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/quotad-tools/bin
 HELM_PKG      := helm.sh/helm/v3/cmd/helm@v3.22.0
 KUSTOMIZE_PKG := sigs.k8s.io/kustomize/kustomize/v5@v5.8.2
 
-test-deps: ## make sure redis-server, python3, node and OpenBSD nc (the README's) are installed (apt-get when root), and build helm and kustomize
+test-deps: ## make sure redis-server, python3 (venv, wheel, mypy), node, npm and OpenBSD nc (the README's) are installed (apt-get when root), and build helm and kustomize
 	GOBIN=$(TOOLS_BIN) $(GO) install $(HELM_PKG)
 	GOBIN=$(TOOLS_BIN) $(GO) install $(KUSTOMIZE_PKG)
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
+	python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
+	ls /usr/share/python-wheels/wheel-*.whl >/dev/null 2>&1 || missing="$$missing python3-wheel-whl"; \
+	command -v mypy >/dev/null 2>&1 || missing="$$missing mypy"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	nc -h 2>&1 | grep -q -e '-N' || missing="$$missing netcat-openbsd"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	[ -z "$$missing" ] && exit 0; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing$$missing with apt-get"; \

@@ -380,17 +380,18 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 		t.Errorf("doctor: image %s args %v; want the sidecar's image running doctor", doctor.Image, doctor.Args)
 	}
 
-	// The app's client is the tested one, verbatim.
+	// The app's client is the tested package, verbatim: the package is one
+	// file, shipped as the module quotad.py.
 	shipped, err := os.ReadFile(filepath.Join(dir, "app", "quotad.py"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tested, err := os.ReadFile(filepath.Join("..", "integration", "clients", "python", "quotad.py"))
+	tested, err := os.ReadFile(filepath.Join("..", "clients", "python", "src", "quotad", "__init__.py"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(shipped, tested) {
-		t.Error("deploy/kubernetes/app/quotad.py differs from integration/clients/python/quotad.py: copy it again")
+		t.Error("deploy/kubernetes/app/quotad.py differs from clients/python/src/quotad/__init__.py: copy it again")
 	}
 }
 

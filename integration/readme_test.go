@@ -337,13 +337,14 @@ func outputLines(out string) []string {
 // readmeWorkdir is the directory the README's examples run in, with the
 // environment they run with.
 type readmeWorkdir struct {
-	dir string
-	env []string
+	dir    string
+	env    []string
+	python string // the venv's interpreter, where the quotad package is installed
 }
 
 // newReadmeWorkdir makes a working directory as a newcomer's checkout
-// after `make run` looks to the examples: bin/quotad and the clients the
-// README says to copy. It lives under the system temp dir so that
+// after `make run` looks to the examples: bin/quotad, and the client
+// packages installed as the README says. It lives under the system temp dir so that
 // ./quotad.sock stays within the 107 bytes of a socket path.
 func newReadmeWorkdir(t *testing.T) readmeWorkdir {
 	t.Helper()
@@ -359,29 +360,12 @@ func newReadmeWorkdir(t *testing.T) readmeWorkdir {
 	if err := os.Symlink(quotadBin, filepath.Join(bin, "quotad")); err != nil {
 		t.Fatal(err)
 	}
-	installReadmeClients(t, dir)
+	python := installPython(t, dir)
+	installNode(t, dir)
 	return readmeWorkdir{
-		dir: dir,
-		env: cleanEnv("PYTHONDONTWRITEBYTECODE=1"),
-	}
-}
-
-// installReadmeClients puts the Python and Node clients where the README's
-// snippets import them from: copies of the single-file clients next to the
-// snippet, as the README tells a reader to copy them.
-func installReadmeClients(t *testing.T, dir string) {
-	t.Helper()
-	for _, client := range []string{
-		filepath.Join("integration", "clients", "python", "quotad.py"),
-		filepath.Join("integration", "clients", "node", "quotad.mjs"),
-	} {
-		b, err := os.ReadFile(filepath.Join(moduleRoot, client))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(client)), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		dir:    dir,
+		env:    cleanEnv("PYTHONDONTWRITEBYTECODE=1"),
+		python: python,
 	}
 }
 
@@ -439,7 +423,7 @@ func (w readmeWorkdir) runBlock(t *testing.T, b readmeBlock) {
 		program, file = "bash", fmt.Sprintf("readme-%d.sh", b.line)
 		args = []string{"-e", "-o", "pipefail", file}
 	case kindPython:
-		program, file = "python3", fmt.Sprintf("readme-%d.py", b.line)
+		program, file = w.python, fmt.Sprintf("readme-%d.py", b.line)
 		args = []string{file}
 	case kindNode:
 		program, file = "node", fmt.Sprintf("readme-%d.mjs", b.line)

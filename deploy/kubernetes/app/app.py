@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 
-from quotad import Client, QuotadError
+from quotad import Client, ConnectionError, Unavailable
 
 SOCKET = os.environ.get("QUOTAD_SOCKET", "/run/quotad/quotad.sock")
 POLICY = os.environ.get("QUOTAD_POLICY", "api")
@@ -29,13 +29,15 @@ def log(**fields):
 
 
 def take(client, request_id):
-    """One take; on UNAVAILABLE the outcome is unknown, so retry the same id."""
+    """One take; on UNAVAILABLE the outcome is unknown, so retry the same id.
+
+    A sidecar restart needs nothing here: the client connects again and
+    resends a take that has a request id by itself.
+    """
     for attempt in range(5):
         try:
             return client.take(SUBJECT, policy=POLICY, request_id=request_id)
-        except QuotadError as e:
-            if e.code not in ("UNAVAILABLE", "SHUTTING_DOWN"):
-                raise
+        except Unavailable as e:
             log(event="retry", request_id=request_id, code=e.code, attempt=attempt)
             time.sleep(0.2 * 2 ** attempt)
     raise RuntimeError("quotad stayed unavailable")
@@ -45,15 +47,15 @@ def main():
     done = 0
     client = None
     while JOBS == 0 or done < JOBS:
-        if client is None:
-            client = Client(SOCKET)
         job = str(uuid.uuid4())
         try:
+            if client is None:
+                client = Client(SOCKET)
             r = take(client, job)
-        except (OSError, ValueError) as e:
-            # The connection is closed on any I/O error; open a new one.
+        except ConnectionError as e:
+            # Not there yet (the sidecar starts), or gone for longer than
+            # the client's timeout.
             log(event="sidecar unreachable", error=str(e))
-            client = None
             time.sleep(PAUSE_S)
             continue
         if r["allowed"]:

@@ -1,4 +1,4 @@
-// Walk through quotad's take semantics against a running sidecar.
+// Walk through quotad's semantics with the Node client.
 //
 //   node demo.mjs ./quotad.sock demo-$(date +%s)
 //
@@ -6,7 +6,7 @@
 // sidecar does not answer as expected. Use a fresh subject for each run: the
 // window lasts 60 s and remembers request ids.
 
-import { Client, QuotadError } from './quotad.mjs';
+import { Client, Conflict, Invalid, QuotadError } from 'quotad';
 
 const LIMIT = 5;
 const WINDOW_MS = 60000;
@@ -40,37 +40,42 @@ async function run(q, subject) {
 
   // Over the limit: a denial is an answer, not an error.
   r = await take('order-3', 1);
-  expect(!r.allowed && r.used === 5, 'order-3 denied, used 5', r);
+  expect(!r.allowed && r.used === 5 && r.retry_after_ms > 0, 'order-3 denied, used 5', r);
 
-  // Reusing a request_id with a different cost is a client bug.
+  // Reusing a request_id with a different cost is a client bug: Conflict.
   try {
     r = await q.take(subject, { limit: LIMIT, window_ms: WINDOW_MS, cost: 1, request_id: 'order-1' });
-    show('take', r);
     expect(false, 'error CONFLICT', r);
   } catch (err) {
-    if (!(err instanceof QuotadError)) throw err;
-    show('take', err.reply);
+    if (!(err instanceof Conflict)) throw err;
+    show('conflict', err.reply);
     expect(err.code === 'CONFLICT', 'error CONFLICT', err.reply);
   }
 
-  // Ten concurrent takes on one connection against a limit of 3: all are
-  // written before any reply arrives, and replies come back in order.
-  const ids = Array.from({ length: 10 }, (_, i) => `p-${i}`);
-  const replies = await Promise.all(
-    ids.map((id) => q.take(`${subject}-pipe`, { id, limit: 3, window_ms: WINDOW_MS })),
-  );
-  show('pipeline', replies);
-  expect(replies.every((r, i) => r.id === ids[i]), 'replies in request order (ids p-0..p-9)', replies);
-  expect(replies.filter((r) => r.allowed).length === 3, 'exactly 3 allowed', replies);
+  // A bad value is the sidecar's INVALID; a misspelled option never leaves
+  // the process.
+  try {
+    await q.take(subject, { limit: LIMIT, window_ms: WINDOW_MS, cost: -1 });
+    expect(false, 'error INVALID', null);
+  } catch (err) {
+    if (!(err instanceof Invalid)) throw err;
+    show('invalid', { code: err.code, message: err.message });
+  }
+  try {
+    await q.take(subject, { limit: LIMIT, window_ms: WINDOW_MS, requestId: 'order-4' });
+    expect(false, 'TypeError for requestId', null);
+  } catch (err) {
+    if (!(err instanceof TypeError)) throw err;
+    show('unknown option', { error: err.message });
+  }
 
-  // A token bucket: 3 tokens, one more every 20 s; no window boundary.
-  const bucket = { algorithm: 'token_bucket', rate: 1, period_ms: 20000, burst: 3 };
-  r = await q.take(`${subject}-tb`, { ...bucket, cost: 2, request_id: 'upload-1' });
-  show('take', r);
-  expect(r.allowed && r.remaining === 1, 'upload-1 allowed, 1 token left', r);
-  r = await q.take(`${subject}-tb`, { ...bucket, cost: 2, request_id: 'upload-2' });
-  show('take', r);
-  expect(!r.allowed && r.retry_after_ms > 0, 'upload-2 denied with retry_after_ms', r);
+  // Ten concurrent takes on one connection against a limit of 3.
+  const replies = await Promise.all(
+    Array.from({ length: 10 }, () => q.take(`${subject}-pipe`, { limit: 3, window_ms: WINDOW_MS })),
+  );
+  show('concurrent', replies);
+  expect(replies.filter((x) => x.allowed).length === 3, 'exactly 3 allowed', replies);
+  expect(replies.map((x) => x.used).sort().join() === '1,2,3,3,3,3,3,3,3,3', 'used 1, 2, 3 and then 3', replies);
 
   // Concurrency leases: at most 2 jobs at once; a lease is released when done.
   const jobs = { algorithm: 'concurrency', limit: 2, lease_ms: 30000 };
@@ -82,12 +87,9 @@ async function run(q, subject) {
   r = await q.take(`${subject}-cc`, { ...jobs, request_id: 'job-3' });
   show('take', r);
   expect(!r.allowed, 'job-3 denied while 2 leases are held', r);
-  r = await q.release(`${subject}-cc`, 'job-1', jobs);
-  show('release', r);
-  expect(r.released && r.used === 1, 'job-1 released', r);
-  r = await q.take(`${subject}-cc`, { ...jobs, request_id: 'job-3' });
-  show('take', r);
-  expect(r.allowed, 'job-3 granted after the release', r);
+  const rel = await q.release(`${subject}-cc`, 'job-1', jobs);
+  show('release', rel);
+  expect(rel.released && rel.used === 1, 'job-1 released', rel);
   for (const job of ['job-2', 'job-3']) await q.release(`${subject}-cc`, job, jobs);
 }
 
@@ -102,8 +104,8 @@ async function main(argv) {
     await run(q, argv[1]);
     return 0;
   } catch (err) {
-    const why = err instanceof Failed ? err.message : `${err.name}: ${err.message}`;
-    process.stderr.write(`demo failed: ${why}\n`);
+    if (!(err instanceof Failed || err instanceof QuotadError)) throw err;
+    process.stderr.write(`demo failed: ${err.name}: ${err.message}\n`);
     return 1;
   } finally {
     if (q) await q.close();

@@ -1,0 +1,158 @@
+// Type declarations for the quotad client (index.mjs).
+
+export declare const DEFAULT_SOCKET: string;
+export declare const DEFAULT_TIMEOUT_MS: number;
+
+/** How a take, peek or release names its quota: a policy, or an inline limit. */
+export interface Address {
+  /** A policy in the sidecar's config (instead of the inline fields). */
+  policy?: string;
+  /** Fixed window and concurrency: the limit. */
+  limit?: number;
+  /** Fixed window: the window in milliseconds. */
+  window_ms?: number;
+  algorithm?: 'fixed_window' | 'token_bucket' | 'concurrency';
+  /** Token bucket: tokens added per period_ms. */
+  rate?: number;
+  period_ms?: number;
+  /** Token bucket: tokens the bucket holds (default rate). */
+  burst?: number;
+  /** Concurrency: how long a lease lives unless renewed. */
+  lease_ms?: number;
+  /** Shortens the sidecar's Redis deadline for this request. */
+  timeout_ms?: number;
+}
+
+export interface CallOptions {
+  /** Milliseconds this call may take here, reconnecting included. */
+  timeoutMs?: number;
+}
+
+export interface TakeOptions extends Address, CallOptions {
+  /** Units to take; default 1. */
+  cost?: number;
+  /** Idempotency key; also what makes a take safe to resend after a lost connection. */
+  request_id?: string;
+}
+
+export type PeekOptions = Address & CallOptions;
+
+export interface ReleaseOptions extends CallOptions {
+  policy?: string;
+  algorithm?: 'concurrency';
+  limit?: number;
+  lease_ms?: number;
+  timeout_ms?: number;
+}
+
+export interface ClientOptions {
+  /** Milliseconds each call may take by default (5000); 0 means no limit. */
+  timeoutMs?: number;
+}
+
+export interface TakeReply {
+  ok: true;
+  allowed: boolean;
+  replay: boolean;
+  limit: number;
+  used: number;
+  remaining: number;
+  reset_ms: number;
+  retry_after_ms: number;
+  /** Only on a granted concurrency lease. */
+  lease_ms?: number;
+  /** Only for a policy in shadow mode. */
+  shadow?: true;
+  shadow_allowed?: boolean;
+  /** Only when Redis could not decide and the policy's on_unavailable did. */
+  degraded?: true;
+}
+
+export interface PeekReply {
+  ok: true;
+  limit: number;
+  used: number;
+  remaining: number;
+  reset_ms: number;
+}
+
+export interface ReleaseReply {
+  ok: true;
+  released: boolean;
+  limit: number;
+  used: number;
+  remaining: number;
+}
+
+export interface PingReply {
+  ok: true;
+  store: 'redis' | 'embedded';
+  redis_ok: boolean;
+  version: string;
+  ready: boolean;
+  redis_error?: string;
+}
+
+export interface ErrorReply {
+  id?: string | number;
+  ok: false;
+  error: string;
+  message: string;
+}
+
+/** A raw protocol request, as sent by request() and pipeline(). */
+export interface RawRequest {
+  op: string;
+  id?: string | number;
+  [field: string]: unknown;
+}
+
+/** A raw reply; check ok before reading the other fields. */
+export type RawReply = { ok: boolean; id?: string | number; [field: string]: unknown };
+
+/** Base of every error this package rejects with. */
+export declare class QuotadError extends Error {
+  constructor(code: string, message: string, reply?: ErrorReply | null);
+  /** The protocol's code, or CONNECTION, TIMEOUT, OUTCOME_UNKNOWN. */
+  readonly code: string;
+  readonly message: string;
+  /** The sidecar's whole error reply, when there was one. */
+  readonly reply: ErrorReply | null;
+}
+export declare class Invalid extends QuotadError {}
+export declare class TooLarge extends QuotadError {}
+export declare class UnknownPolicy extends QuotadError {}
+export declare class Conflict extends QuotadError {}
+export declare class PolicyMismatch extends QuotadError {}
+export declare class WrongType extends QuotadError {}
+export declare class RequestIdsFull extends QuotadError {}
+export declare class Unavailable extends QuotadError {}
+export declare class ShuttingDown extends QuotadError {}
+export declare class Internal extends QuotadError {}
+export declare class ConnectionError extends QuotadError {
+  constructor(message: string, code?: string);
+}
+export declare class Timeout extends ConnectionError {
+  constructor(message: string);
+}
+export declare class OutcomeUnknown extends QuotadError {
+  constructor(message: string, reply?: ErrorReply | null);
+}
+
+/** The error class instance for an error reply. */
+export declare function errorFromReply(reply: ErrorReply): QuotadError;
+
+export declare class Client {
+  constructor(path?: string, options?: ClientOptions);
+  /** A client connected at once; rejects with ConnectionError if the socket does not answer. */
+  static connect(path?: string, options?: ClientOptions): Promise<Client>;
+  /** Connections opened after the first one. */
+  readonly reconnects: number;
+  take(subject: string, options?: TakeOptions): Promise<TakeReply>;
+  peek(subject: string, options?: PeekOptions): Promise<PeekReply>;
+  release(subject: string, request_id: string, options?: ReleaseOptions): Promise<ReleaseReply>;
+  ping(options?: CallOptions): Promise<PingReply>;
+  request(req: RawRequest, options?: CallOptions): Promise<RawReply>;
+  pipeline(reqs: Iterable<RawRequest>, options?: CallOptions): Promise<RawReply[]>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,33 @@
+// Compiled with tsc --noEmit --strict by the tests: the declarations must
+// describe the API as the README uses it.
+import { Client, Conflict, OutcomeUnknown, QuotadError, type TakeReply } from 'quotad';
+
+async function main(): Promise<void> {
+  const q: Client = await Client.connect('./quotad.sock', { timeoutMs: 2000 });
+  const r: TakeReply = await q.take('alice', { limit: 5, window_ms: 60000, cost: 2, request_id: 'order-1' });
+  const used: number = r.used;
+  const lease: number | undefined = r.lease_ms;
+  const p = await q.peek('alice', { limit: 5, window_ms: 60000, timeoutMs: 100 });
+  const rel = await q.release('jobs', 'job-1', { algorithm: 'concurrency', limit: 2, lease_ms: 30000 });
+  const released: boolean = rel.released;
+  const ping = await q.ping();
+  const ready: boolean = ping.ready;
+  const replies = await q.pipeline([{ op: 'take', id: 'a', subject: 'bob', limit: 1, window_ms: 1000 }]);
+  const ok: boolean = replies[0].ok;
+  try {
+    await q.take('alice', { policy: 'api' });
+  } catch (err) {
+    if (err instanceof Conflict || err instanceof OutcomeUnknown) {
+      const code: string = err.code;
+      console.log(code);
+    } else if (err instanceof QuotadError) {
+      console.log(err.code, err.message, err.reply?.error);
+    }
+  }
+  // @ts-expect-error a misspelled option is a type error too
+  await q.take('alice', { limit: 5, window_ms: 60000, brust: 3 });
+  console.log(used, lease, p.remaining, released, ready, ok, q.reconnects);
+  await q.close();
+}
+
+void main();

@@ -22,7 +22,11 @@ type exampleLine struct {
 
 type exampleBlock struct {
 	start int // line number of the opening fence
-	steps [][2]exampleLine
+	// steps are the block's requests with their replies, in groups: the
+	// requests of a group are written back to back (pipelined) before its
+	// replies are read. A group is a run of "> " lines followed by as many
+	// "< " lines.
+	steps [][][2]exampleLine
 }
 
 // protocolDoc holds what the test needs from PROTOCOL.md: the config of the
@@ -97,19 +101,30 @@ func parseProtocolDoc(path string) (protocolDoc, error) {
 
 func exampleSteps(start int, body []exampleLine) (exampleBlock, error) {
 	b := exampleBlock{start: start}
-	for i := 0; i < len(body); i += 2 {
-		req := body[i]
-		if !strings.HasPrefix(req.text, "> ") {
-			return b, fmt.Errorf("line %d: want a \"> \" request line, got %q", req.n, req.text)
+	for i := 0; i < len(body); {
+		var reqs, reps []exampleLine
+		for ; i < len(body) && strings.HasPrefix(body[i].text, "> "); i++ {
+			reqs = append(reqs, body[i])
 		}
-		if i+1 == len(body) || !strings.HasPrefix(body[i+1].text, "< ") {
-			return b, fmt.Errorf("line %d: request without a \"< \" reply line after it", req.n)
+		for ; i < len(body) && strings.HasPrefix(body[i].text, "< "); i++ {
+			reps = append(reps, body[i])
 		}
-		rep := body[i+1]
-		b.steps = append(b.steps, [2]exampleLine{
-			{n: req.n, text: strings.TrimPrefix(req.text, "> ")},
-			{n: rep.n, text: strings.TrimPrefix(rep.text, "< ")},
-		})
+		switch {
+		case len(reqs) == 0 && i < len(body):
+			return b, fmt.Errorf("line %d: want a \"> \" request line, got %q", body[i].n, body[i].text)
+		case len(reqs) == 0:
+			return b, fmt.Errorf("line %d: reply lines without a request before them", reps[0].n)
+		case len(reps) != len(reqs):
+			return b, fmt.Errorf("line %d: %d requests followed by %d replies, want as many", reqs[0].n, len(reqs), len(reps))
+		}
+		group := make([][2]exampleLine, len(reqs))
+		for k := range reqs {
+			group[k] = [2]exampleLine{
+				{n: reqs[k].n, text: strings.TrimPrefix(reqs[k].text, "> ")},
+				{n: reps[k].n, text: strings.TrimPrefix(reps[k].text, "< ")},
+			}
+		}
+		b.steps = append(b.steps, group)
 	}
 	if len(b.steps) == 0 {
 		return b, fmt.Errorf("line %d: empty example block", start)
@@ -213,12 +228,17 @@ func TestProtocolExamples(t *testing.T) {
 		t.Run(fmt.Sprintf("PROTOCOL.md:%d", b.start), func(t *testing.T) {
 			sc := startSidecar(t, r.URL(), "--config", cfg)
 			c := sc.dial(t)
-			for _, step := range b.steps {
-				req, want := step[0], step[1]
-				got := c.do(req.text)
-				if diffs := compareReply(t, want.text, got); len(diffs) > 0 {
-					t.Errorf("PROTOCOL.md:%d: %s\n  got  %s\n  want %s (line %d)\n  %s",
-						req.n, req.text, got, want.text, want.n, strings.Join(diffs, "\n  "))
+			for _, group := range b.steps {
+				for _, step := range group {
+					c.send(step[0].text)
+				}
+				for _, step := range group {
+					req, want := step[0], step[1]
+					got := c.read()
+					if diffs := compareReply(t, want.text, got); len(diffs) > 0 {
+						t.Errorf("PROTOCOL.md:%d: %s\n  got  %s\n  want %s (line %d)\n  %s",
+							req.n, req.text, got, want.text, want.n, strings.Join(diffs, "\n  "))
+					}
 				}
 			}
 			assertKeysHaveTTL(t, r, sc.prefix)

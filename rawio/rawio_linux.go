@@ -1,9 +1,11 @@
-//go:build linux
+//go:build linux && !norawio
 
 // Package rawio reads and writes sockets with raw system calls on Linux.
-// It is the only place quotad bypasses net.Conn's Read and Write: make
-// bench measured it worth its keep (README, Performance). On other
-// systems Wrap and Dialer hand back plain connections.
+// It is the only place quotad bypasses net.Conn's Read and Write, and it
+// must keep paying for itself: build with -tags norawio for plain
+// net.Conn I/O, and compare the two with make bench (README,
+// Performance). On other systems, and under norawio, Wrap and Dialer hand
+// back plain connections.
 package rawio
 
 import (

@@ -61,6 +61,61 @@
 //
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).
 //
+// # Calls
+//
+// Every script call is a Call, built and validated by the builder of its
+// algorithm and op, and read by the parser of the same name:
+//
+//	fixed window   TakeCall / ParseTake, PeekCall / ParsePeek
+//	token bucket   TokenBucketTakeCall / ParseTokenBucketTake,
+//	               TokenBucketPeekCall / ParseTokenBucketPeek
+//	concurrency    ConcurrencyTakeCall / ParseConcurrencyTake,
+//	               ConcurrencyPeekCall / ParseConcurrencyPeek,
+//	               ConcurrencyReleaseCall / ParseConcurrencyRelease
+//
+// Call.Exec sends one call; ExecMulti sends calls of any mix of scripts in
+// one round trip and returns their results in order. The one-shot
+// functions (FixedWindowTake, TokenBucketTake, ...) are a builder, Exec and
+// a parser. Go validates against quotad/limits before anything is sent; a
+// script refusal is an *Error with a stable Code.
+//
+// # Adding a script
+//
+//  1. Write <name>.lua. A peek's first line is "#!lua flags=no-writes".
+//     The body may use the prelude's helpers (prelude.lua), joined before
+//     it at init, and must not define its own: dec (a canonical decimal in
+//     bounds), fail (every error reply, with TTL_RESTORED when it healed),
+//     NOT_OURS (the start of the scripts' own WRONGTYPE message),
+//     failed_read (the WRONGTYPE guard: the reply to a failed redis.pcall
+//     read of the key), REQUEST_ID (a request id's pattern), redis_now
+//     (Redis's clock in µs and ms), gcra (the token bucket's exact
+//     arithmetic), and the constants scripts.go writes from quotad/limits:
+//     MAX_LIMIT, MAX_WINDOW_MS, MAX_LEASES, MAX_REQUEST_ID_BYTES,
+//     MAX_REQUEST_IDS, MAX_EXACT and REQUEST_ID_RULE. A new bound goes into
+//     quotad/limits and boundsLua, never into a script as a literal. Redis
+//     makes every helper again on each run of every script, so a helper
+//     earns its place in the prelude only if several scripts need it, and
+//     refers to no local (see the top of prelude.lua).
+//  2. At its top, say in a comment where its first write is and why every
+//     error reply precedes it (at most a restored TTL may come first), as
+//     the other scripts do: callers treat an *Error as "nothing applied".
+//     Check every argument before touching Redis; give every key it writes
+//     a TTL.
+//  3. Embed it and register it with newScript next to its algorithm's Go
+//     code, with a builder that validates (quotad/limits) and returns a
+//     Call, and a parser that accepts only the reply shape the script
+//     sends (else CodeMalformedReply). Keep a one-shot function as
+//     builder, Exec and parser, if callers need one.
+//  4. Add it to scripts in load.go, so Load and Sources (readiness, the
+//     ACL test) know it.
+//  5. Test it against redis-server (redistest): its decisions; every
+//     refusal in nowrite_test.go (the key is the same before and after);
+//     its arguments EVALed directly, past Go's validation; the embedded
+//     store (miniredis_algorithms_test.go); ExecMulti with the other
+//     scripts (multi_test.go). If it reads a hash an earlier release
+//     wrote, keep that release's script in testdata/ and test both
+//     directions (compat_test.go).
+//
 // # What this package must never do
 //
 // It never retries a take: after a lost reply only the caller knows whether

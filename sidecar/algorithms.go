@@ -70,9 +70,12 @@ func (s *Server) decideAlgorithm(ctx context.Context, client rueidis.Client, req
 	switch l.algorithm {
 	case AlgorithmTokenBucket:
 		key := luascript.TokenBucketKey(s.opts.KeyPrefix, l.policy, req.Subject)
+		if err := s.store.Check(key); err != nil {
+			return s.appendUndecided(dst, req, l, err)
+		}
 		if req.Op == protocol.OpPeek {
 			res, err := luascript.TokenBucketPeek(ctx, client, luascript.TokenBucketPeekArgs{Key: key, TokenBucket: l.bucket, Strict: strict})
-			s.observe(err, shortened)
+			s.observe(key, err, shortened)
 			if err != nil {
 				return s.appendUndecided(dst, req, l, err)
 			}
@@ -84,7 +87,7 @@ func (s *Server) decideAlgorithm(ctx context.Context, client rueidis.Client, req
 			Key: key, TokenBucket: l.bucket, Cost: req.Cost, RequestID: req.RequestID,
 			DedupeMS: l.dedupeMS, Strict: strict, MaxRequestIDs: l.maxIDs,
 		})
-		s.observe(err, shortened)
+		s.observe(key, err, shortened)
 		s.logHealed(res.Healed, err, l, key)
 		if err != nil {
 			return s.appendUndecided(dst, req, l, err)
@@ -96,11 +99,14 @@ func (s *Server) decideAlgorithm(ctx context.Context, client rueidis.Client, req
 
 	case AlgorithmConcurrency:
 		key := luascript.ConcurrencyKey(s.opts.KeyPrefix, l.policy, req.Subject)
+		if err := s.store.Check(key); err != nil {
+			return s.appendUndecided(dst, req, l, err)
+		}
 		shape := luascript.Leases{Limit: l.limit, LeaseMS: l.leaseMS}
 		switch req.Op {
 		case protocol.OpPeek:
 			res, err := luascript.ConcurrencyPeek(ctx, client, luascript.LeasePeekArgs{Key: key, Leases: shape, Strict: strict})
-			s.observe(err, shortened)
+			s.observe(key, err, shortened)
 			if err != nil {
 				return s.appendUndecided(dst, req, l, err)
 			}
@@ -109,7 +115,7 @@ func (s *Server) decideAlgorithm(ctx context.Context, client rueidis.Client, req
 			})
 		case protocol.OpRelease:
 			res, err := luascript.ConcurrencyRelease(ctx, client, key, req.RequestID)
-			s.observe(err, shortened)
+			s.observe(key, err, shortened)
 			if err != nil {
 				return s.appendUndecided(dst, req, l, err)
 			}
@@ -118,7 +124,7 @@ func (s *Server) decideAlgorithm(ctx context.Context, client rueidis.Client, req
 			})
 		}
 		res, err := luascript.ConcurrencyTake(ctx, client, luascript.LeaseArgs{Key: key, Leases: shape, RequestID: req.RequestID, Strict: strict})
-		s.observe(err, shortened)
+		s.observe(key, err, shortened)
 		s.logHealed(res.Healed, err, l, key)
 		if err != nil {
 			return s.appendUndecided(dst, req, l, err)

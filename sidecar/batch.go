@@ -69,6 +69,9 @@ func (s *Server) stage(b *windowBatch, sl *slot, l limits) (staged bool) {
 		return false // known to be exhausted, whatever Redis's state
 	}
 	client, err := s.store.Client()
+	if err == nil {
+		err = s.store.Check(w.key)
+	}
 	if err != nil {
 		out = s.appendUndecided(dst, req, l, err)
 		return false

@@ -95,6 +95,9 @@ func (g *groupBatcher) send(b *windowBatch) {
 		g.answer(b, err) // Redis went down while they waited: as stage would have answered
 		return
 	}
+	if !g.keepSendable(b) {
+		return
+	}
 	b.client = s.instrument(client)
 	// Requests that waited less than the shared deadline's tolerance take
 	// a shared context (deadline.go); others keep their own deadline.
@@ -116,6 +119,29 @@ func (g *groupBatcher) send(b *windowBatch) {
 	// Redis when it runs out; one with more does, as for any call.
 	s.sendBatch(ctx, b, waited > s.opts.RedisTimeout/2)
 	cancel()
+}
+
+// keepSendable answers at once, unsent, the requests of b whose Redis node
+// went down while they waited (a Cluster's other nodes may be up), and
+// drops them from b. It reports whether any request is left to send.
+func (g *groupBatcher) keepSendable(b *windowBatch) bool {
+	s := g.s
+	items, calls := b.items[:0], b.calls[:0]
+	for i := range b.items {
+		it, call := b.items[i], b.calls[i]
+		if err := s.store.Check(it.w.key); err != nil {
+			out := s.appendUndecided(it.sl.out[:0], &it.sl.req, it.w.l, err)
+			s.observeRequest(&it.sl.req, it.start, 0, &out)
+			it.sl.out = out
+			it.sl.ready <- struct{}{}
+			continue
+		}
+		items, calls = append(items, it), append(calls, call)
+	}
+	clear(b.items[len(items):])
+	clear(b.calls[len(calls):])
+	b.items, b.calls = items, calls
+	return len(items) > 0
 }
 
 // errWaitedTooLong answers requests whose deadline passed while they

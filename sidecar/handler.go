@@ -89,6 +89,9 @@ func (s *Server) decide(ctx context.Context, req *protocol.Request, dst []byte) 
 		}
 	}
 	client, err := s.store.Client()
+	if err == nil && l.algorithm == "" {
+		err = s.store.Check(w.key)
+	}
 	if err != nil {
 		return s.appendUndecided(dst, req, l, err)
 	}
@@ -162,7 +165,7 @@ func (s *Server) finishWindow(w *windowCall, res rueidis.RedisResult, shortened 
 		if err == nil {
 			r, err = luascript.ParsePeek(res)
 		}
-		s.observe(err, shortened)
+		s.observe(w.key, err, shortened)
 		if err != nil {
 			return s.appendFailure(dst, req, err)
 		}
@@ -175,7 +178,7 @@ func (s *Server) finishWindow(w *windowCall, res rueidis.RedisResult, shortened 
 	if err == nil {
 		r, err = luascript.ParseTake(res)
 	}
-	s.observe(err, shortened)
+	s.observe(w.key, err, shortened)
 	s.logHealed(r.Healed, err, l, w.key)
 	if err != nil {
 		return s.appendUndecided(dst, req, l, err)
@@ -192,10 +195,10 @@ func (s *Server) finishWindow(w *windowCall, res rueidis.RedisResult, shortened 
 	return protocol.AppendTake(dst, req.ID, l.applyShadow(reply))
 }
 
-// observe feeds a call's outcome to the store's health: a typed script
-// error is an answer from Redis, and a deadline the caller shortened with
-// timeout_ms is not evidence that Redis is down.
-func (s *Server) observe(err error, shortened bool) {
+// observe feeds the outcome of a call on key to the store's health: a typed
+// script error is an answer from Redis, and a deadline the caller shortened
+// with timeout_ms is not evidence that Redis is down.
+func (s *Server) observe(key string, err error, shortened bool) {
 	var le *luascript.Error
 	switch {
 	case errors.As(err, &le):
@@ -203,7 +206,7 @@ func (s *Server) observe(err error, shortened bool) {
 	case shortened && errors.Is(err, context.DeadlineExceeded):
 		return
 	}
-	s.store.Observe(err)
+	s.store.Observe(key, err)
 }
 
 // transientReplies are Redis error replies that mean "not now": the request
@@ -240,7 +243,8 @@ func (s *Server) appendFailure(dst []byte, req *protocol.Request, err error) []b
 	case errors.Is(err, ErrNotConnected), errors.Is(err, errWaitedTooLong):
 		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, err.Error()+": the request was not run")
 	case errors.Is(err, ErrBreakerOpen):
-		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, ErrBreakerOpen.Error())
+		// On a Cluster the message names the node that is down.
+		return protocol.AppendError(dst, req.ID, protocol.CodeUnavailable, err.Error())
 	case isRedisReply(err):
 		msg := redisMessage(err)
 		if strings.HasPrefix(msg, "OOM") {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -152,6 +153,21 @@ func (ch *clusterHealth) observe(key string, err error) {
 	if n != nil {
 		ch.set(n, false, false, err)
 	}
+}
+
+// retryDelay is how long rueidis waits before it sends a read-only call
+// again after a transport error: rueidis's own exponential delay with
+// jitter, except that on a Cluster a node that refused the connection is
+// not retried. There rueidis routes by a slot map it refreshes up to a
+// second later, so the retries would go to the dead node until the
+// deadline, and the deadline would be taken for the slot's new owner
+// failing; the refused dial fails the call at once, naming the dead node.
+func (s *Store) retryDelay(attempts int, _ rueidis.Completed, err error) time.Duration {
+	if s.cluster.Load() != nil && dialedAddr(err) != "" {
+		return -1
+	}
+	base := 1 << min(20, attempts)
+	return min(time.Second, time.Duration(base+rand.IntN(base))*time.Microsecond)
 }
 
 // mapIsStale reports whether a Redis error reply means the slot map moved.

@@ -139,6 +139,7 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	copt.ConnWriteTimeout = max(10*time.Second, 2*opts.Timeout)
 	copt.MaxFlushDelay = opts.FlushDelay
 	copt.DialCtxFn = rawDialer(copt.DialCtxFn)
+	copt.RetryDelay = s.retryDelay
 	s.wg.Add(1)
 	go s.run(ctx, copt, opts.ProbeInterval)
 	return s, nil

@@ -106,6 +106,45 @@ func (c *Cluster) URL() string {
 	return u
 }
 
+// ReplicaURL names every replica and no master: a client must learn the
+// masters from the replicas' slot map.
+func (c *Cluster) ReplicaURL() string {
+	u := c.Replicas[0].URL()
+	for i, r := range c.Replicas[1:] {
+		sep := "&"
+		if i == 0 {
+			sep = "?"
+		}
+		u += sep + "addr=" + r.Addr()
+	}
+	return u
+}
+
+// WithoutFullCoverage starts cluster nodes with
+// cluster-require-full-coverage off: while a master is down the others
+// keep serving their slots.
+func WithoutFullCoverage() Option {
+	return WithArgs("--cluster-require-full-coverage", "no")
+}
+
+// WatchPromotion polls Replicas[i] every few milliseconds until it reports
+// the master role, and returns when it first did: the moment of its
+// promotion, to within the polling step.
+func (c *Cluster) WatchPromotion(t testing.TB, i int) time.Time {
+	t.Helper()
+	r := c.Replicas[i]
+	deadline := time.Now().Add(topologyTimeout)
+	for {
+		if infoField(t, r, "replication", "role") == "master" {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s not promoted within %v", r.Addr(), topologyTimeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // WaitHealthy waits until every running node reports cluster_state:ok and
 // agrees that each slot range has a master and, where its replica runs, that
 // the replica is in sync.

@@ -13,7 +13,7 @@ import (
 
 // failoverRedisTimeout is the sidecar's --redis-timeout in the failover
 // tests: every answer must come within it.
-const failoverRedisTimeout = time.Second
+const failoverRedisTimeout = 2 * time.Second
 
 // answerSlack is what a round trip through the sidecar's socket may add to
 // its Redis timeout on a loaded machine: the time between the client's
@@ -71,7 +71,7 @@ func testClusterFailover(t *testing.T, replicaSeeds bool) {
 	var dead, live []string
 	for i := 0; len(dead) < 30 || len(live) < 60; i++ {
 		s := fmt.Sprintf("fo-%d", i)
-		if c.Owner(t, keySlot(inlineKey(p.prefix, s))) == deadMaster {
+		if c.InitialMaster(keySlot(inlineKey(p.prefix, s))) == 1 {
 			dead = append(dead, s)
 		} else {
 			live = append(live, s)
@@ -143,6 +143,7 @@ func testClusterFailover(t *testing.T, replicaSeeds bool) {
 
 	// ping's view, every 20ms, from before the kill to the end.
 	var samples []pingSample
+	var pingMu sync.Mutex
 	stopPing := make(chan struct{})
 	pingDone := make(chan struct{})
 	pc := p.dial(t)
@@ -161,13 +162,26 @@ func testClusterFailover(t *testing.T, replicaSeeds bool) {
 			}
 			ok, _ := r.fields["redis_ok"].(bool)
 			e, _ := r.fields["redis_error"].(string)
+			pingMu.Lock()
 			samples = append(samples, pingSample{at: time.Now(), ok: ok, redisError: e})
+			pingMu.Unlock()
 		}
 	}()
 
 	l.waitDefinite(t, 300, "before the failover")
 	c.KillMaster(t, 1)
 	killed := time.Now()
+	// The metrics tell which node is down; the election takes longer than
+	// the first failed call on the dead master.
+	metrics := func() string {
+		_, body := httpGet(t, "http://"+httpAddr+"/metrics")
+		return body
+	}
+	deadSeries := fmt.Sprintf("quotad_redis_node_up{addr=%q} ", deadMaster.Addr())
+	eventually(t, "the metrics to show the dead master down", func() bool {
+		m := metrics()
+		return strings.Contains(m, "\n"+deadSeries+"0\n") && strings.Contains(m, "\nquotad_redis_up 0\n")
+	})
 	promoted := c.WatchPromotion(t, 1)
 	c.WaitHealthy(t)
 
@@ -178,6 +192,20 @@ func testClusterFailover(t *testing.T, replicaSeeds bool) {
 		r := p.dial(t).call(peekReq(dead[0], loadLimit, loadWindowMS))
 		return r.ok()
 	})
+	// Then three probe intervals more of load and pings, long enough for
+	// a breaker that reopens to show.
+	recoveredPings := func() int {
+		pingMu.Lock()
+		defer pingMu.Unlock()
+		n := 0
+		for _, s := range samples {
+			if s.at.After(promoted) && s.ok {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, "three seconds of pings after the promotion", func() bool { return recoveredPings() >= 150 })
 	l.waitDefinite(t, 300, "after the failover")
 	l.finish(t)
 	close(stopPing)
@@ -251,9 +279,10 @@ func testClusterFailover(t *testing.T, replicaSeeds bool) {
 		t.Fatal("ping never reported redis_ok true after the promotion")
 	}
 	t.Logf("ping: redis_ok true again %v after the promotion", upAgain.Sub(promoted).Round(time.Millisecond))
-	_, body := httpGet(t, "http://"+httpAddr+"/metrics")
-	if !strings.Contains(body, "\nquotad_redis_up 1\n") {
-		t.Error("/metrics lacks quotad_redis_up 1 after the failover")
+	m := metrics()
+	promotedSeries := fmt.Sprintf("quotad_redis_node_up{addr=%q} 1", c.Replicas[1].Addr())
+	if !strings.Contains(m, "\nquotad_redis_up 1\n") || !strings.Contains(m, promotedSeries) || strings.Contains(m, deadSeries) {
+		t.Errorf("/metrics after the failover: want quotad_redis_up 1, %s and no series of the dead master; got\n%s", promotedSeries, grepLines(m, "quotad_redis_"))
 	}
 
 	for _, n := range []*redistest.Server{c.Masters[0], c.Masters[2], c.Replicas[1]} {
@@ -271,4 +300,15 @@ func firstDefinite(attempts []attempt, since time.Time) time.Time {
 		}
 	}
 	return first
+}
+
+// grepLines is the lines of text that start with prefix.
+func grepLines(text, prefix string) string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }

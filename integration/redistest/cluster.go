@@ -106,6 +106,20 @@ func (c *Cluster) URL() string {
 	return u
 }
 
+// InitialMaster is the index in Masters of the master that served slot
+// when the cluster started.
+func (c *Cluster) InitialMaster(slot int) int {
+	n := len(c.Masters)
+	i := slot * n / slots
+	for i+1 < n && (i+1)*slots/n <= slot {
+		i++
+	}
+	for i > 0 && i*slots/n > slot {
+		i--
+	}
+	return i
+}
+
 // ReplicaURL names every replica and no master: a client must learn the
 // masters from the replicas' slot map.
 func (c *Cluster) ReplicaURL() string {

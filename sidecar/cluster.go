@@ -98,6 +98,28 @@ func newClusterNode(addr string, every time.Duration) *clusterNode {
 	return n
 }
 
+// NodeHealth is the health of one master of a Redis Cluster that owns
+// slots, as its breaker sees it.
+type NodeHealth struct {
+	Addr string
+	Up   bool // false while its breaker is open or before it answered
+}
+
+// Nodes is the health of every master that owns slots, in address order;
+// nil unless the store is a Cluster's.
+func (s *Store) Nodes() []NodeHealth {
+	ch := s.cluster.Load()
+	if ch == nil {
+		return nil
+	}
+	owners := ch.slots.Load().owners
+	out := make([]NodeHealth, len(owners))
+	for i, n := range owners {
+		out[i] = NodeHealth{Addr: n.addr, Up: n.health.Load() == healthUp}
+	}
+	return out
+}
+
 // check is Store.Check on a Cluster.
 func (ch *clusterHealth) check(key string) error {
 	if n := ch.slots.Load().slots[keySlot(key)]; n != nil && n.health.Load() == healthDown {
@@ -172,7 +194,11 @@ func (s *Store) retryDelay(attempts int, _ rueidis.Completed, err error) time.Du
 
 // mapIsStale reports whether a Redis error reply means the slot map moved.
 func mapIsStale(err error) bool {
-	msg := redisMessage(err)
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
 	return strings.HasPrefix(msg, "CLUSTERDOWN") || strings.HasPrefix(msg, "MOVED") || strings.HasPrefix(msg, "ASK")
 }
 

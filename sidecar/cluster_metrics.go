@@ -2,8 +2,8 @@ package sidecar
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// nodeUpCollector reports quotad_redis_node_up for each node that owns
-// slots of a Redis Cluster, as the node's breaker sees it. It reports
+// nodeUpCollector reports quotad_redis_node_up for each master of a Redis
+// Cluster that owns slots, as the store's breaker for it sees it. It reports
 // nothing on a single server or Sentinel, where quotad_redis_up says it all.
 type nodeUpCollector struct {
 	s    *Server
@@ -22,15 +22,11 @@ func (c nodeUpCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.s.store == nil {
 		return
 	}
-	cl := c.s.store.cluster.Load()
-	if cl == nil {
-		return
-	}
-	for _, n := range cl.slots.Load().owners {
+	for _, n := range c.s.store.Nodes() {
 		v := 0.0
-		if n.health.Load() == healthUp {
+		if n.Up {
 			v = 1
 		}
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, n.addr)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, n.Addr)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,6 +174,9 @@ func TestClusterStoreFailover(t *testing.T) {
 	if e := st.LastError(); e == nil || !strings.Contains(e.Error(), dead) {
 		t.Errorf("LastError = %v, want it to name %s", e, dead)
 	}
+	if got, want := st.Nodes(), nodesWith(c.Masters, dead); !slices.Equal(got, want) {
+		t.Errorf("Nodes() = %v, want %v", got, want)
+	}
 	ctx := context.Background()
 	if err := client.Do(ctx, client.B().Set().Key(onLive).Value("1").Build()).Error(); err != nil {
 		t.Errorf("SET on a live master: %v", err)
@@ -189,6 +193,20 @@ func TestClusterStoreFailover(t *testing.T) {
 	if st.LastError() != nil {
 		t.Errorf("LastError = %v once every slot is served", st.LastError())
 	}
+	owners := []*redistest.Server{c.Masters[0], c.Replicas[1], c.Masters[2]}
+	if got, want := st.Nodes(), nodesWith(owners, ""); !slices.Equal(got, want) {
+		t.Errorf("Nodes() = %v, want %v", got, want)
+	}
+}
+
+// nodesWith is what Store.Nodes reports for owners, all up but down.
+func nodesWith(owners []*redistest.Server, down string) []NodeHealth {
+	var out []NodeHealth
+	for _, o := range owners {
+		out = append(out, NodeHealth{Addr: o.Addr(), Up: o.Addr() != down})
+	}
+	slices.SortFunc(out, func(a, b NodeHealth) int { return strings.Compare(a.Addr, b.Addr) })
+	return out
 }
 
 // closeRemovedConns is the goroutine a rueidis slot map refresh leaves to

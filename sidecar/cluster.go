@@ -31,8 +31,8 @@ const clusterFastRead = 100 * time.Millisecond
 const slotCount = 16384
 
 // clusterHealth is the health of a Redis Cluster, node by node: the slot
-// map as the nodes report it (CLUSTER SLOTS, the same read rueidis routes
-// by) and a breaker for each master that owns slots. Only the slot owners
+// map as the nodes report it (CLUSTER SLOTS, which quotad's ACL allows) and
+// a breaker for each master that owns slots. Only the slot owners
 // are probed, one PING each through the client's connection to that node,
 // so a seed address of --redis-url that has left the cluster is never
 // probed and never stops a slot.
@@ -59,6 +59,8 @@ type clusterHealth struct {
 	stale atomic.Bool
 	// from is the node that answered the last read (run goroutine only).
 	from string
+	// pings are the PINGs in flight; run waits for them before it returns.
+	pings sync.WaitGroup
 }
 
 // slotMap is one reading of the cluster's slot owners; never changed once
@@ -73,7 +75,8 @@ type slotMap struct {
 type clusterNode struct {
 	addr string
 	breaker
-	downErr error // what Check returns while the breaker is open
+	downErr error       // what Check returns while the breaker is open
+	pinging atomic.Bool // a PING of the node is in flight
 }
 
 // nodeDownError refuses a call whose slot's owner is down. It wraps
@@ -255,6 +258,7 @@ func (ch *clusterHealth) summarize() {
 // run probes every owner each probe interval, and reads the slot map every
 // clusterFastRead while an owner is not up or a call found the map stale.
 func (ch *clusterHealth) run(ctx context.Context, c rueidis.Client) {
+	defer ch.pings.Wait()
 	probe := time.NewTicker(ch.every)
 	defer probe.Stop()
 	fast := time.NewTicker(clusterFastRead)
@@ -273,7 +277,7 @@ func (ch *clusterHealth) run(ctx context.Context, c rueidis.Client) {
 	}
 }
 
-// probe reads the slot map and PINGs every owner at once, each through the
+// probe reads the slot map and PINGs every owner, each through the
 // client's own connection to it.
 func (ch *clusterHealth) probe(ctx context.Context, c rueidis.Client) {
 	nodes := c.Nodes()
@@ -281,16 +285,21 @@ func (ch *clusterHealth) probe(ctx context.Context, c rueidis.Client) {
 	ch.ping(ctx, nodes, ch.slots.Load().owners, true)
 }
 
-// ping PINGs each of targets that the client has a connection to, at once,
-// and feeds the outcomes to their breakers when record is set.
+// ping PINGs each of targets that the client has a connection to, in the
+// background, and feeds the outcomes to their breakers when record is set.
+// A node whose last PING is still in flight is skipped: one that does not
+// answer holds up neither the others nor the reads of the slot map.
 func (ch *clusterHealth) ping(ctx context.Context, nodes map[string]rueidis.Client, targets []*clusterNode, record bool) {
-	var wg sync.WaitGroup
 	for _, n := range targets {
 		nc := nodes[n.addr]
 		if nc == nil {
 			continue // not in rueidis's map yet: its first call tells
 		}
-		wg.Go(func() {
+		if !n.pinging.CompareAndSwap(false, true) {
+			continue
+		}
+		ch.pings.Go(func() {
+			defer n.pinging.Store(false)
 			pctx, cancel := context.WithTimeout(ctx, ch.timeout)
 			defer cancel()
 			err := nc.Do(pctx, nc.B().Ping().Build()).Error()
@@ -299,7 +308,6 @@ func (ch *clusterHealth) ping(ctx context.Context, nodes map[string]rueidis.Clie
 			}
 		})
 	}
-	wg.Wait()
 }
 
 // readSlots reads CLUSTER SLOTS from the first node that answers: the one
@@ -318,7 +326,9 @@ func (ch *clusterHealth) readSlots(ctx context.Context, nodes map[string]rueidis
 			order = append(order, addr)
 		}
 	}
-	add(ch.from)
+	if n := old.byAddr[ch.from]; n == nil || n.health.Load() != healthDown {
+		add(ch.from)
+	}
 	for _, n := range old.owners {
 		if n.health.Load() != healthDown {
 			add(n.addr)

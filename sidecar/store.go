@@ -265,6 +265,7 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 		// The first slot map and node health before the client is
 		// published, so that Check never runs without them.
 		ch.probe(ctx, c)
+		ch.pings.Wait()
 		s.cluster.Store(ch)
 		s.client.Store(&c)
 		s.setUp(true, true, nil)

@@ -27,6 +27,16 @@ const keyNode = "redis_node"
 // breakers within this time, not the probe interval.
 const clusterFastRead = 100 * time.Millisecond
 
+// maxRoutingRefresh bounds how often rueidis re-reads its slot map by
+// itself (ClusterOption.ShardsRefreshInterval). Each read runs after a
+// random delay of up to 1s, so calls stop going to a dead or hung master
+// at most this plus 1s after its replica's promotion.
+const maxRoutingRefresh = 500 * time.Millisecond
+
+func routingRefresh(probeInterval time.Duration) time.Duration {
+	return min(probeInterval, maxRoutingRefresh)
+}
+
 // slotCount is the number of hash slots of a Redis Cluster.
 const slotCount = 16384
 
@@ -38,8 +48,8 @@ const slotCount = 16384
 // probed and never stops a slot.
 //
 // rueidis routes each call by its own copy of the map, which it refreshes
-// after MOVED, CLUSTERDOWN or a failed connection, a random delay of up to
-// a second later. Reading the map here as well lets Check refuse only the
+// after MOVED, CLUSTERDOWN or a failed connection, and every
+// routingRefresh, each time a random delay of up to a second later. Reading the map here as well lets Check refuse only the
 // slots of a node that is down, and allow them again as soon as a node names
 // the promoted replica. The probe's PING of a dead master, and one more
 // when it loses its slots, fail to connect, which is what makes rueidis
@@ -48,6 +58,10 @@ type clusterHealth struct {
 	log     *zap.Logger
 	every   time.Duration // the probe interval: each owner's damping counts these
 	timeout time.Duration // bounds every read and PING
+	// staleFor is how long after a slot changed owner rueidis may still
+	// route calls on it to the previous owner: its periodic refresh, the
+	// random delay before a refresh runs (up to 1s), and a call's deadline.
+	staleFor time.Duration
 
 	slots atomic.Pointer[slotMap]
 	// allOwnersUp and someOwnerUp summarise the owners' breakers for Up
@@ -69,6 +83,10 @@ type slotMap struct {
 	slots  [slotCount]*clusterNode // nil for a slot nobody serves
 	owners []*clusterNode          // each owner once, in address order
 	byAddr map[string]*clusterNode
+	// prev is the owner of each slot in the map before this one, where it
+	// changed, and at when this map was read: see clusterHealth.observe.
+	prev [slotCount]*clusterNode
+	at   time.Time
 }
 
 // clusterNode is a master that owns slots, with its own breaker.
@@ -89,8 +107,8 @@ func (e *nodeDownError) Error() string {
 
 func (e *nodeDownError) Unwrap() error { return ErrBreakerOpen }
 
-func newClusterHealth(log *zap.Logger, every, timeout time.Duration) *clusterHealth {
-	ch := &clusterHealth{log: log, every: every, timeout: timeout}
+func newClusterHealth(log *zap.Logger, every, timeout, routing time.Duration) *clusterHealth {
+	ch := &clusterHealth{log: log, every: every, timeout: timeout, staleFor: routing + time.Second + timeout}
 	ch.slots.Store(&slotMap{byAddr: map[string]*clusterNode{}})
 	return ch
 }
@@ -155,10 +173,15 @@ func (ch *clusterHealth) lastError() error {
 // observe is Store.Observe on a Cluster. A failure to connect names the
 // address it dialled; when that is not the owner this map has for key's
 // slot (rueidis routed by an older map), it is that node's failure, not the
-// owner's, and the map is read again.
+// owner's, and the map is read again. A failure that names no node (a
+// timeout, a lost connection) counts against the slot's owner, except
+// within ch.staleFor of the slot changing owner: rueidis may still have
+// sent the call to the previous owner, and its failure must not stop the
+// new one.
 func (ch *clusterHealth) observe(key string, err error) {
 	m := ch.slots.Load()
-	n := m.slots[keySlot(key)]
+	slot := keySlot(key)
+	n := m.slots[slot]
 	if err == nil || isRedisReply(err) {
 		if err != nil && mapIsStale(err) {
 			ch.stale.Store(true)
@@ -172,8 +195,12 @@ func (ch *clusterHealth) observe(key string, err error) {
 		return // the caller gave up; says nothing about Redis
 	}
 	ch.stale.Store(true)
-	if addr := dialedAddr(err); addr != "" && (n == nil || n.addr != addr) {
-		n = m.byAddr[addr]
+	if addr := dialedAddr(err); addr != "" {
+		if n == nil || n.addr != addr {
+			n = m.byAddr[addr]
+		}
+	} else if p := m.prev[slot]; p != nil && time.Since(m.at) < ch.staleFor {
+		n = p
 	}
 	if n != nil {
 		ch.set(n, false, false, err)
@@ -436,7 +463,7 @@ func parseClusterSlots(res rueidis.RedisResult, from string) ([]slotRange, error
 // buildSlotMap makes the map of ranges, keeping the breakers of the owners
 // old already had.
 func buildSlotMap(ranges []slotRange, old *slotMap, every time.Duration) *slotMap {
-	m := &slotMap{byAddr: map[string]*clusterNode{}}
+	m := &slotMap{byAddr: map[string]*clusterNode{}, at: time.Now()}
 	for _, r := range ranges {
 		n := m.byAddr[r.addr]
 		if n == nil {
@@ -453,6 +480,11 @@ func buildSlotMap(ranges []slotRange, old *slotMap, every time.Duration) *slotMa
 		m.owners = append(m.owners, n)
 	}
 	slices.SortFunc(m.owners, func(a, b *clusterNode) int { return strings.Compare(a.addr, b.addr) })
+	for s := range m.slots {
+		if old.slots[s] != m.slots[s] {
+			m.prev[s] = old.slots[s]
+		}
+	}
 	return m
 }
 

@@ -19,7 +19,7 @@ import (
 // 0-8191 and b:1 the rest, both up, and two keys, one on each.
 func testClusterHealth(t *testing.T) (ch *clusterHealth, onA, onB string) {
 	t.Helper()
-	ch = newClusterHealth(zap.NewNop(), time.Second, time.Second)
+	ch = newClusterHealth(zap.NewNop(), time.Second, time.Second, time.Second)
 	m := buildSlotMap([]slotRange{{0, 8191, "127.0.0.1:1"}, {8192, 16383, "127.0.0.1:2"}}, ch.slots.Load(), time.Second)
 	ch.slots.Store(m)
 	for _, n := range m.owners {

@@ -140,6 +140,12 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	copt.MaxFlushDelay = opts.FlushDelay
 	copt.DialCtxFn = rawDialer(copt.DialCtxFn)
 	copt.RetryDelay = s.retryDelay
+	// On a Cluster, rueidis also re-reads its slot map periodically: it
+	// otherwise refreshes only after a failed call or connection, and a
+	// master that hangs instead of dying fails neither until its
+	// connection times out, so after the promotion calls would still go
+	// to it for ConnWriteTimeout.
+	copt.ClusterOption.ShardsRefreshInterval = routingRefresh(opts.ProbeInterval)
 	s.wg.Add(1)
 	go s.run(ctx, copt, opts.ProbeInterval)
 	return s, nil
@@ -261,7 +267,7 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 		backoff = min(backoff*2, 5*time.Second)
 	}
 	if c.Mode() == rueidis.ClientModeCluster {
-		ch := newClusterHealth(s.log, every, s.timeout)
+		ch := newClusterHealth(s.log, every, s.timeout, routingRefresh(every))
 		// The first slot map and node health before the client is
 		// published, so that Check never runs without them.
 		ch.probe(ctx, c)

@@ -232,6 +232,27 @@ func (c *Cluster) KillMaster(t testing.TB, i int) {
 	m.Kill(t)
 }
 
+// FreezeMaster is KillMaster with SIGSTOP instead of SIGKILL: the master's
+// connections stay open and nothing on them is answered, as with a host
+// gone without a reset. It is killed when the test ends: thawed, a paused
+// master that lost its slots would hold up its shutdown. WaitHealthy and
+// Owner must not be called while it is frozen: they would wait on it.
+func (c *Cluster) FreezeMaster(t testing.TB, i int) {
+	t.Helper()
+	m, r := c.Masters[i], c.Replicas[i]
+	mustOK(t, m, "CLIENT", "PAUSE", strconv.Itoa(int(topologyTimeout/time.Millisecond)), "WRITE")
+	waitTopology(t, "the replica to catch up with the paused master", func() error {
+		mo := infoField(t, m, "replication", "master_repl_offset")
+		ro := infoField(t, r, "replication", "slave_repl_offset")
+		if mo == "" || mo != ro {
+			return fmt.Errorf("master offset %s, replica offset %s", mo, ro)
+		}
+		return nil
+	})
+	m.Freeze(t)
+	t.Cleanup(func() { m.Kill(t) })
+}
+
 // WaitPromoted waits until Replicas[i] has taken over from its killed
 // master and the cluster is healthy again.
 func (c *Cluster) WaitPromoted(t testing.TB, i int) {

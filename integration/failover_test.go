@@ -3,6 +3,7 @@ package integration_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -281,6 +282,11 @@ func testClusterFailover(t *testing.T, v failoverVariant) {
 	}
 	if deadFails == 0 {
 		t.Error("no take on the dead master's slots failed: the load missed the outage")
+	}
+	if !slices.ContainsFunc(attempts, func(a attempt) bool {
+		return strings.Contains(a.raw, "redis node "+deadMaster.Addr()+" is down (breaker open)")
+	}) {
+		t.Errorf("no take on the dead master's slots was refused by its breaker, naming %s", deadMaster.Addr())
 	}
 
 	// ping: down, naming the dead node, while it was; then up for good.

@@ -106,6 +106,21 @@ func TestClusterSlotMapKeepsKnownOwners(t *testing.T) {
 	if ch.anyUp() {
 		t.Error("anyUp with one owner down and one not probed yet")
 	}
+
+	// Soon after the change, a timeout on b's old slots may come from a
+	// call rueidis still sent to b: it does not stop the new owner.
+	ch.observe(onB, context.DeadlineExceeded)
+	if err := ch.check(onB); err != nil {
+		t.Errorf("check on the new owner's slot = %v after a timeout right after the change, want nil", err)
+	}
+	// Later, it is the new owner's.
+	later := *m
+	later.at = time.Now().Add(-ch.staleFor)
+	ch.slots.Store(&later)
+	ch.observe(onB, context.DeadlineExceeded)
+	if err := ch.check(onB); !errors.Is(err, ErrBreakerOpen) || !strings.Contains(err.Error(), "127.0.0.1:3") {
+		t.Errorf("check on the new owner's slot = %v after a later timeout, want its breaker open", err)
+	}
 }
 
 // A standalone store's Check is its one breaker.

@@ -27,6 +27,13 @@ const keyNode = "redis_node"
 // breakers within this time, not the probe interval.
 const clusterFastRead = 100 * time.Millisecond
 
+// clusterFastFor bounds the fast reads: they stop this long after a node
+// went down or the map last changed, so that a master that stays down
+// without a replica to promote costs a read per probe interval, not ten a
+// second. It is above a failover's duration with the default
+// cluster-node-timeout of 15s.
+const clusterFastFor = time.Minute
+
 // maxRoutingRefresh bounds how often rueidis re-reads its slot map by
 // itself (ClusterOption.ShardsRefreshInterval). Each read runs after a
 // random delay of up to 1s, so calls stop going to a dead or hung master
@@ -71,6 +78,9 @@ type clusterHealth struct {
 	sumMu       sync.Mutex
 	// stale asks the run loop to read the slot map at its next fast tick.
 	stale atomic.Bool
+	// fastUntil (UnixNano) is when the fast reads stop: clusterFastFor
+	// after a node last went down or the map last changed.
+	fastUntil atomic.Int64
 	// from is the node that answered the last read (run goroutine only).
 	from string
 	// pings are the PINGs in flight; run waits for them before it returns.
@@ -260,9 +270,15 @@ func (ch *clusterHealth) changed(n *clusterNode, changed, up bool, need int, err
 	if up {
 		ch.log.Info("redis node is up", zap.String(keyNode, n.addr))
 	} else {
+		ch.readFast()
 		ch.log.Warn("redis node is down", zap.String(keyNode, n.addr), zap.Error(err), zap.Int(keyCloseProbes, need))
 	}
 	ch.summarize()
+}
+
+// readFast starts clusterFastFor of fast slot map reads.
+func (ch *clusterHealth) readFast() {
+	ch.fastUntil.Store(time.Now().Add(clusterFastFor).UnixNano())
 }
 
 // summarize recomputes allOwnersUp and someOwnerUp from the current map.
@@ -283,7 +299,8 @@ func (ch *clusterHealth) summarize() {
 }
 
 // run probes every owner each probe interval, and reads the slot map every
-// clusterFastRead while an owner is not up or a call found the map stale.
+// clusterFastRead while an owner is not up or a call found the map stale,
+// for clusterFastFor after a node went down or the map changed.
 func (ch *clusterHealth) run(ctx context.Context, c rueidis.Client) {
 	defer ch.pings.Wait()
 	probe := time.NewTicker(ch.every)
@@ -297,6 +314,9 @@ func (ch *clusterHealth) run(ctx context.Context, c rueidis.Client) {
 		case <-probe.C:
 			ch.probe(ctx, c)
 		case <-fast.C:
+			if time.Now().UnixNano() >= ch.fastUntil.Load() {
+				continue // the probe reads the map
+			}
 			if ch.stale.Swap(false) || !ch.allUp() {
 				ch.readSlots(ctx, c.Nodes())
 			}
@@ -393,6 +413,7 @@ func (ch *clusterHealth) readSlots(ctx context.Context, nodes map[string]rueidis
 		return
 	}
 	ch.slots.Store(m)
+	ch.readFast()
 	ch.summarize()
 	ch.log.Info("redis cluster slot map changed", zap.Strings("owners", ownerAddrs(m.owners)))
 	var fresh, gone []*clusterNode

@@ -185,9 +185,9 @@ func (ch *clusterHealth) lastError() error {
 // slot (rueidis routed by an older map), it is that node's failure, not the
 // owner's, and the map is read again. A failure that names no node (a
 // timeout, a lost connection) counts against the slot's owner, except
-// within ch.staleFor of the slot changing owner: rueidis may still have
-// sent the call to the previous owner, and its failure must not stop the
-// new one.
+// within ch.staleFor of the slot leaving an owner that is down (a
+// failover): rueidis may still have sent the call to the old owner, and
+// its failure must not stop the promoted replica.
 func (ch *clusterHealth) observe(key string, err error) {
 	m := ch.slots.Load()
 	slot := keySlot(key)
@@ -209,7 +209,7 @@ func (ch *clusterHealth) observe(key string, err error) {
 		if n == nil || n.addr != addr {
 			n = m.byAddr[addr]
 		}
-	} else if p := m.prev[slot]; p != nil && time.Since(m.at) < ch.staleFor {
+	} else if p := m.prev[slot]; p != nil && p.health.Load() == healthDown && time.Since(m.at) < ch.staleFor {
 		n = p
 	}
 	if n != nil {

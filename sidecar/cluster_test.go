@@ -89,6 +89,7 @@ func TestClusterFailureStopsOnlyItsNode(t *testing.T) {
 func TestClusterSlotMapKeepsKnownOwners(t *testing.T) {
 	ch, onA, onB := testClusterHealth(t)
 	ch.observe(onA, context.DeadlineExceeded)
+	ch.observe(onB, context.DeadlineExceeded)
 	old := ch.slots.Load()
 	// b:1 died and 127.0.0.1:3 took over its slots.
 	m := buildSlotMap([]slotRange{{0, 8191, "127.0.0.1:1"}, {8192, 16383, "127.0.0.1:3"}}, old, time.Second)
@@ -108,7 +109,8 @@ func TestClusterSlotMapKeepsKnownOwners(t *testing.T) {
 	}
 
 	// Soon after the change, a timeout on b's old slots may come from a
-	// call rueidis still sent to b: it does not stop the new owner.
+	// call rueidis still sent to b, which is down: it does not stop the
+	// new owner.
 	ch.observe(onB, context.DeadlineExceeded)
 	if err := ch.check(onB); err != nil {
 		t.Errorf("check on the new owner's slot = %v after a timeout right after the change, want nil", err)

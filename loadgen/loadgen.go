@@ -29,12 +29,22 @@ type Config struct {
 	// SubjectPrefix starts every subject, so that runs need not share
 	// windows; default "bench-".
 	SubjectPrefix string
-	// Policy names a policy of the sidecar's config; otherwise Limit and
-	// WindowMS are sent inline.
-	Policy   string
-	Limit    int64
-	WindowMS int64
-	Cost     int64 // default 1
+	// Policy names a policy of the sidecar's config; otherwise the limits
+	// of Algorithm are sent inline.
+	Policy string
+	// Algorithm of the inline limits: "" or "fixed_window" sends Limit and
+	// WindowMS (and no algorithm field, the protocol's default);
+	// "token_bucket" sends Rate, PeriodMS and Burst (when not 0);
+	// "concurrency" sends Limit and LeaseMS, and needs RequestIDs and a
+	// Cost of 1 (each take acquires a lease of its own, which lives LeaseMS).
+	Algorithm string
+	Limit     int64
+	WindowMS  int64
+	Rate      int64
+	PeriodMS  int64
+	Burst     int64
+	LeaseMS   int64
+	Cost      int64 // default 1
 	// RequestIDs gives every take a unique request_id.
 	RequestIDs bool
 	// Progress, when not nil, gets one line per ProgressEvery (default 1s)
@@ -61,13 +71,34 @@ func (c *Config) defaults() error {
 	if c.ProgressEvery <= 0 {
 		c.ProgressEvery = time.Second
 	}
-	switch {
-	case c.Socket == "":
+	if c.Socket == "" {
 		return errors.New("loadgen: a socket path is required")
-	case c.Policy == "" && (c.Limit <= 0 || c.WindowMS <= 0):
-		return errors.New("loadgen: give a policy, or an inline limit and window_ms")
-	case c.Policy != "" && (c.Limit != 0 || c.WindowMS != 0):
-		return errors.New("loadgen: give a policy or inline limits, not both")
+	}
+	inline := c.Limit != 0 || c.WindowMS != 0 || c.Rate != 0 || c.PeriodMS != 0 || c.Burst != 0 || c.LeaseMS != 0
+	if c.Policy != "" {
+		if inline || c.Algorithm != "" {
+			return errors.New("loadgen: give a policy or inline limits, not both")
+		}
+		return nil
+	}
+	switch c.Algorithm {
+	case "", "fixed_window":
+		if c.Limit <= 0 || c.WindowMS <= 0 || c.Rate != 0 || c.PeriodMS != 0 || c.Burst != 0 || c.LeaseMS != 0 {
+			return errors.New("loadgen: give a policy, or an inline limit and window_ms")
+		}
+	case "token_bucket":
+		if c.Rate <= 0 || c.PeriodMS <= 0 || c.Burst < 0 || c.Limit != 0 || c.WindowMS != 0 || c.LeaseMS != 0 {
+			return errors.New("loadgen: a token bucket takes a rate and period_ms, and optionally a burst")
+		}
+	case "concurrency":
+		switch {
+		case c.Limit <= 0 || c.LeaseMS <= 0 || c.WindowMS != 0 || c.Rate != 0 || c.PeriodMS != 0 || c.Burst != 0:
+			return errors.New("loadgen: concurrency takes a limit and lease_ms")
+		case !c.RequestIDs || c.Cost != 1:
+			return errors.New("loadgen: concurrency takes need request ids (they name the leases) and a cost of 1")
+		}
+	default:
+		return fmt.Errorf("loadgen: unknown algorithm %q: fixed_window, token_bucket or concurrency", c.Algorithm)
 	}
 	return nil
 }
@@ -310,10 +341,7 @@ func (c *client) appendTake(buf []byte, seq uint64) []byte {
 		buf = append(buf, c.cfg.Policy...)
 		buf = append(buf, '"')
 	} else {
-		buf = append(buf, `,"limit":`...)
-		buf = strconv.AppendInt(buf, c.cfg.Limit, 10)
-		buf = append(buf, `,"window_ms":`...)
-		buf = strconv.AppendInt(buf, c.cfg.WindowMS, 10)
+		buf = c.appendLimits(buf)
 	}
 	if c.cfg.Cost != 1 {
 		buf = append(buf, `,"cost":`...)
@@ -328,6 +356,33 @@ func (c *client) appendTake(buf []byte, seq uint64) []byte {
 		buf = append(buf, '"')
 	}
 	return append(buf, "}\n"...)
+}
+
+// appendLimits writes the inline limits of the configured algorithm.
+func (c *client) appendLimits(buf []byte) []byte {
+	field := func(buf []byte, name string, v int64) []byte {
+		buf = append(buf, `,"`...)
+		buf = append(buf, name...)
+		buf = append(buf, `":`...)
+		return strconv.AppendInt(buf, v, 10)
+	}
+	switch c.cfg.Algorithm {
+	case "token_bucket":
+		buf = append(buf, `,"algorithm":"token_bucket"`...)
+		buf = field(buf, "rate", c.cfg.Rate)
+		buf = field(buf, "period_ms", c.cfg.PeriodMS)
+		if c.cfg.Burst != 0 {
+			buf = field(buf, "burst", c.cfg.Burst)
+		}
+	case "concurrency":
+		buf = append(buf, `,"algorithm":"concurrency"`...)
+		buf = field(buf, "limit", c.cfg.Limit)
+		buf = field(buf, "lease_ms", c.cfg.LeaseMS)
+	default:
+		buf = field(buf, "limit", c.cfg.Limit)
+		buf = field(buf, "window_ms", c.cfg.WindowMS)
+	}
+	return buf
 }
 
 func (c *client) readLoop() {

@@ -285,11 +285,74 @@ func TestConfigErrorsOfTheAlgorithms(t *testing.T) {
 		{Algorithm: "concurrency", Limit: 1, WindowMS: 1, RequestIDs: true},
 		{Policy: "p", Algorithm: "token_bucket"},
 		{Policy: "p", Rate: 1, PeriodMS: 1},
+		{Limit: 1, WindowMS: 1, Release: true, RequestIDs: true},
+		{Algorithm: "concurrency", Limit: 1, LeaseMS: 1, Release: true},
 	} {
 		c.Socket = filepath.Join(t.TempDir(), "none")
 		_, err := loadgen.Run(context.Background(), c)
 		if err == nil || strings.Contains(err.Error(), "connect") {
 			t.Errorf("%+v: err = %v, want the config refused before connecting", c, err)
 		}
+	}
+}
+
+func TestRunReleasesEveryGrantedLease(t *testing.T) { eachEngine(t, testRunReleasesEveryGrantedLease) }
+
+func testRunReleasesEveryGrantedLease(t *testing.T) {
+	granted := map[string]bool{} // under the fake's lock
+	var takes, releases int
+	f := startFake(t, func(n int, req map[string]any) []byte {
+		id, _ := req["request_id"].(string)
+		key := fmt.Sprint(req["subject"], "/", id)
+		if req["algorithm"] != "concurrency" || req["limit"] != 4.0 || req["lease_ms"] != 9000.0 || req["cost"] != nil {
+			t.Errorf("request %v: not the configured concurrency limit", req)
+		}
+		switch req["op"] {
+		case "take":
+			takes++
+			if n%3 == 0 {
+				return protocol.AppendTake(nil, nil, protocol.TakeReply{Allowed: false, Limit: 4, Used: 4})
+			}
+			granted[key] = true
+			return protocol.AppendTake(nil, nil, protocol.TakeReply{Allowed: true, Limit: 4, Used: 1, LeaseMS: 9000})
+		case "release":
+			releases++
+			if !granted[key] {
+				t.Errorf("release %v of a lease never granted, or released twice", req)
+			}
+			ok := granted[key]
+			delete(granted, key)
+			return protocol.AppendRelease(nil, nil, protocol.ReleaseReply{Released: ok, Limit: 4})
+		}
+		t.Errorf("request %v: op %v", req, req["op"])
+		return nil
+	})
+	for _, inflight := range []int{1, 8} {
+		t.Run(fmt.Sprintf("inflight=%d", inflight), func(t *testing.T) {
+			f.mu.Lock()
+			takes, releases = 0, 0
+			f.mu.Unlock()
+			const conns = 3
+			res, err := loadgen.Run(context.Background(), loadgen.Config{
+				Socket: f.path, Conns: conns, InFlight: inflight, Duration: 200 * time.Millisecond, Subjects: 5,
+				Algorithm: "concurrency", Limit: 4, LeaseMS: 9000, RequestIDs: true, Release: true,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if res.Releases == 0 || res.Releases != int64(releases) || res.Released != res.Releases {
+				t.Fatalf("%d release replies, %d freed a lease; the sidecar answered %d releases, each freeing one", res.Releases, res.Released, releases)
+			}
+			if res.Allowed+res.Denied != int64(takes) || res.Denied == 0 || res.Replies != int64(takes+releases) {
+				t.Fatalf("result %+v; the sidecar answered %d takes and %d releases", res, takes, releases)
+			}
+			// Only the leases granted by the last replies of the run may be
+			// left unreleased.
+			if left := res.Allowed - res.Releases; left < 0 || left > conns*int64(inflight) {
+				t.Fatalf("%d leases granted, %d released", res.Allowed, res.Releases)
+			}
+		})
 	}
 }

@@ -103,7 +103,8 @@ type row struct {
 	conns      int    // socket connections, or goroutines in process
 	inflight   int
 	requestIDs bool
-	inProcess  int // index of the in-process row this one is compared with; -1 for none
+	release    bool // concurrency: release every lease once its take is answered
+	inProcess  int  // index of the in-process row this one is compared with; -1 for none
 }
 
 // The rows the checks read.
@@ -116,7 +117,8 @@ const (
 
 // Every quotad row is compared with the in-process client of the same
 // shape, which runs the original fixed-window script with a request id on
-// every call. A concurrency take always has a request id: it names the lease.
+// every call. A concurrency take always has a request id: it names the
+// lease. A take+release row counts the replies to both as decisions.
 var matrix = []row{
 	{name: "quotad, pipelining 64 conns x 16", sidecar: true, algorithm: "fixed_window", conns: 64, inflight: 16, inProcess: rowInProcPipe},
 	{name: "in-process, 1024 goroutines", conns: 1024, inflight: 1, inProcess: -1},
@@ -130,6 +132,8 @@ var matrix = []row{
 	{name: "token bucket, 16x1, request ids", sidecar: true, algorithm: "token_bucket", conns: 16, inflight: 1, requestIDs: true, inProcess: rowInProcOne},
 	{name: "concurrency take, 64x16, request ids", sidecar: true, algorithm: "concurrency", conns: 64, inflight: 16, requestIDs: true, inProcess: rowInProcPipe},
 	{name: "concurrency take, 16x1, request ids", sidecar: true, algorithm: "concurrency", conns: 16, inflight: 1, requestIDs: true, inProcess: rowInProcOne},
+	{name: "concurrency take+release, 64x16", sidecar: true, algorithm: "concurrency", conns: 64, inflight: 16, requestIDs: true, release: true, inProcess: rowInProcPipe},
+	{name: "concurrency take+release, 16x1", sidecar: true, algorithm: "concurrency", conns: 16, inflight: 1, requestIDs: true, release: true, inProcess: rowInProcOne},
 }
 
 // sample is one measurement of one row.
@@ -420,7 +424,7 @@ func (b *bench) measure(ctx context.Context, r row, sc *sidecar, round int) (sam
 		case "token_bucket":
 			cfg.Algorithm, cfg.Rate, cfg.PeriodMS = r.algorithm, limit, windowMS
 		case "concurrency":
-			cfg.Algorithm, cfg.Limit, cfg.LeaseMS = r.algorithm, limit, windowMS
+			cfg.Algorithm, cfg.Limit, cfg.LeaseMS, cfg.Release = r.algorithm, limit, windowMS, r.release
 		default:
 			cfg.Limit, cfg.WindowMS = limit, windowMS
 		}
@@ -431,6 +435,11 @@ func (b *bench) measure(ctx context.Context, r row, sc *sidecar, round int) (sam
 		}
 		decisions, s.rate, s.p50, s.p99, s.errors = res.Replies, res.Rate(), res.P50, res.P99, res.ErrorCount()
 		s.errorCodes = res.Errors
+		if n := res.Releases - res.Released; n > 0 {
+			// Every lease released was granted and is still live.
+			s.errorCodes[freedNothing] += n
+			s.errors += n
+		}
 		if res.Denied > 0 {
 			<-connsDone
 			return s, fmt.Errorf("%d of %d takes were denied: the workload must stay under its limits", res.Denied, res.Replies)
@@ -607,6 +616,10 @@ func (b *bench) commandStats(ctx context.Context) (map[string]cmdStat, error) {
 	}
 	return out, nil
 }
+
+// freedNothing counts, among a row's error replies, the releases that
+// found no lease to free.
+const freedNothing protocol.Code = "RELEASE_FREED_NOTHING"
 
 // inProcessName is the in-process client's name in Redis's CLIENT LIST.
 const inProcessName = "bench-inprocess"

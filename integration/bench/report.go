@@ -312,6 +312,11 @@ func (b *bench) hotKeyCheck(ctx context.Context, sc *sidecar) (calls, takes int6
 	if err := b.do(ctx, "FLUSHALL", "SYNC"); err != nil {
 		return 0, 0, err
 	}
+	// The flood before may have opened the sidecar's breaker: wait until it
+	// decides again.
+	if err := waitDeciding(ctx, sc.socket); err != nil {
+		return 0, 0, err
+	}
 	// Exhaust it first: 10 takes of a limit of 10.
 	c, err := protocol.Dial(ctx, sc.socket)
 	if err != nil {
@@ -348,4 +353,27 @@ func (b *bench) hotKeyCheck(ctx context.Context, sc *sidecar) (calls, takes int6
 		}
 	}
 	return calls, res.Replies, nil
+}
+
+// waitDeciding waits until the sidecar at socket grants a take, for at
+// most 30 s.
+func waitDeciding(ctx context.Context, socket string) error {
+	c, err := protocol.Dial(ctx, socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, raw, err := c.Call(ctx, map[string]any{"op": "take", "subject": "warm", "limit": limit, "window_ms": windowMS})
+		switch {
+		case err != nil:
+			return err
+		case r.Allowed:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("the sidecar still refuses takes after 30 s: %s", raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -45,7 +45,8 @@ var originalSrc string
 // random, with a limit no row reaches within a measurement, so that every
 // decision is a full read-check-write. The token bucket holds and refills
 // as many tokens per window as the fixed window allows; a concurrency take
-// acquires a lease of its own, which outlives the measurement.
+// acquires a lease of its own, which outlives the measurement unless the
+// row releases it.
 const (
 	limit    = 10_000 // the original script's largest limit
 	windowMS = 60_000

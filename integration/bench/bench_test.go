@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,7 +79,7 @@ func TestBenchComparesABaselineBuild(t *testing.T) {
 		t.Fatalf("no comparison table:\n%s", out)
 	}
 	comparison, _, _ = strings.Cut(comparison, "\n\n")
-	want := []string{"decisions/s, main against baseline"}
+	want := []string{"decisions/s, main against baseline", "rounds' changes"}
 	for _, r := range matrix {
 		if r.sidecar {
 			want = append(want, r.name)
@@ -92,6 +93,22 @@ func TestBenchComparesABaselineBuild(t *testing.T) {
 		"main: pipelining, quotad vs in-process", "baseline: pipelining, quotad vs in-process",
 		"main: Redis calls per take on an exhausted subject", "baseline: Redis calls per take on an exhausted subject",
 	})
+}
+
+func TestPairedRatiosAreOfTheSameRound(t *testing.T) {
+	main := []sample{{rate: 110}, {rate: 90}, {rate: 300}}
+	base := []sample{{rate: 100}, {rate: 100}, {rate: 200}, {rate: 50}}
+	if got := pairedRatio(main, base, rate); math.Abs(got-1.1) > 1e-9 {
+		t.Errorf("pairedRatio = %v, want 1.1, the median of 1.1, 0.9 and 1.5", got)
+	}
+	if lo, hi := pairedRange(main, base, rate); math.Abs(lo-0.9) > 1e-9 || math.Abs(hi-1.5) > 1e-9 {
+		t.Errorf("pairedRange = %v, %v; want 0.9, 1.5", lo, hi)
+	}
+	// A round the baseline has no figure for counts for neither.
+	base[1].rate = 0
+	if lo, hi := pairedRange(main, base, rate); math.Abs(lo-1.1) > 1e-9 || math.Abs(hi-1.5) > 1e-9 {
+		t.Errorf("pairedRange without round 2 = %v, %v; want 1.1, 1.5", lo, hi)
+	}
 }
 
 func TestBenchRefusesAMissingBaseline(t *testing.T) {

@@ -47,6 +47,25 @@ func pairedRatio(a, b []sample, f func(sample) float64) float64 {
 	return median(xs)
 }
 
+// pairedRange is the least and the most of the rounds' ratios of
+// pairedRatio.
+func pairedRange(a, b []sample, f func(sample) float64) (lo, hi float64) {
+	first := true
+	for k := range a {
+		if k < len(b) && f(b[k]) > 0 {
+			x := f(a[k]) / f(b[k])
+			if first || x < lo {
+				lo = x
+			}
+			if first || x > hi {
+				hi = x
+			}
+			first = false
+		}
+	}
+	return lo, hi
+}
+
 func rate(s sample) float64 { return s.rate }
 
 // ratio is the median over rounds of row i's rate with build k over its
@@ -119,9 +138,9 @@ const maxLoss = 0.05
 // build's, with the change of each: the median over rounds of the main
 // build's figure over the baseline's in the same round.
 func (b *bench) compare(samples [][][]sample) {
-	fmt.Fprintf(b.out, "main build against the baseline build (change: median of the rounds' main/baseline - 1):\n")
+	fmt.Fprintf(b.out, "main build against the baseline build (change: median of the rounds' main/baseline - 1; rounds' changes: the least and the most):\n")
 	w := tabwriter.NewWriter(b.out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "\tdecisions/s main\tbaseline\tchange\tvs in-process main\tbaseline\tquotad CPU µs/dec main\tbaseline\tchange\tredis CPU µs/dec main\tbaseline\tdec/script call main\tbaseline\tp50 main\tbaseline\tp99 main\tbaseline\t")
+	fmt.Fprintln(w, "\tdecisions/s main\tbaseline\tchange\trounds' changes\tvs in-process main\tbaseline\tquotad CPU µs/dec main\tbaseline\tchange\tredis CPU µs/dec main\tbaseline\tdec/script call main\tbaseline\tp50 main\tbaseline\tp99 main\tbaseline\t")
 	cpu := func(s sample) float64 { return s.sidecarCPU }
 	rcpu := func(s sample) float64 { return s.redisCPU }
 	var lost []string
@@ -134,8 +153,9 @@ func (b *bench) compare(samples [][][]sample) {
 		if dRate < -maxLoss {
 			lost = append(lost, fmt.Sprintf("%s %+.1f%%", r.name, 100*dRate))
 		}
-		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%+.1f%%\t%.2fx\t%.2fx\t%.1f\t%.1f\t%+.1f%%\t%.1f\t%.1f\t%.2f\t%.2f\t%v\t%v\t%v\t%v\t\n", r.name,
-			medianOf(m, rate), medianOf(base, rate), 100*dRate,
+		lo, hi := pairedRange(m, base, rate)
+		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%+.1f%%\t%+.1f%% to %+.1f%%\t%.2fx\t%.2fx\t%.1f\t%.1f\t%+.1f%%\t%.1f\t%.1f\t%.2f\t%.2f\t%v\t%v\t%v\t%v\t\n", r.name,
+			medianOf(m, rate), medianOf(base, rate), 100*dRate, 100*(lo-1), 100*(hi-1),
 			ratio(samples, i, 0), ratio(samples, i, 1),
 			medianOf(m, cpu), medianOf(base, cpu), 100*(pairedRatio(m, base, cpu)-1),
 			medianOf(m, rcpu), medianOf(base, rcpu),

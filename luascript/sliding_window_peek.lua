@@ -1,0 +1,51 @@
+#!lua flags=no-writes
+-- Reads one sliding window without writing anything, not even a missing
+-- TTL. The flags line lets Redis run it on a replica; see scripts.go. The
+-- arithmetic is sliding_window.lua's, as for sliding_window_take.lua.
+--
+-- KEYS[1]  window hash
+-- ARGV[1]  limit          canonical decimal, 1..MAX_LIMIT
+-- ARGV[2]  window_ms      canonical decimal, 1..MAX_WINDOW_MS
+-- ARGV[3]  strict         "1": a live window with another policy is POLICY
+--
+-- Reply {used, reset_ms}, integers only: the estimate now, rounded up, and
+-- ms until the whole use has slid out (0 for none, or no window).
+--
+-- It never writes, so no error reply follows a write; Redis refuses any
+-- write it tried (no-writes).
+
+if #KEYS ~= 1 or #ARGV ~= 3 then
+  return invalid('want 1 key and 3 arguments')
+end
+local key = KEYS[1]
+local limit_s, window_s, strict = ARGV[1], ARGV[2], ARGV[3]
+
+local limit, window = window_shape(limit_s, window_s)
+if not limit then
+  return window
+end
+if strict ~= '0' and strict ~= '1' then
+  return invalid('strict must be 0 or 1')
+end
+
+local _, now = redis_now()
+
+local f, e = read('sliding window', 'HMGET', key, 's', 'c', 'p', 'policy')
+if not f then
+  return e
+end
+if redis.call('EXISTS', key) == 0 then
+  return {0, 0}
+end
+local s = dec(f[1], 0, MAX_EXACT)
+local c = dec(f[2], 0, MAX_LIMIT)
+local p = dec(f[3], 0, MAX_LIMIT)
+local stored = type(f[4]) == 'string' and dec(string.match(f[4], '^[0-9]+:([0-9]+)$'), 1, MAX_WINDOW_MS)
+if not (s and c and p and stored) then
+  return not_ours('sliding window', 'a hash with other fields')
+end
+if strict == '1' and f[4] ~= limit_s .. ':' .. window_s then
+  return redis.error_reply('POLICY live window has limit:window_ms ' .. f[4])
+end
+local prev, cur, start, elapsed = sw_state(window, now, s, c, p, stored)
+return {sw_share(window, prev, elapsed) + cur, sw_reset(window, now, prev, cur, start)}

@@ -2,11 +2,14 @@ package luascript_test
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 
 	"github.com/redis/rueidis"
 
+	"quotad/integration/redistest"
 	"quotad/luascript"
 )
 
@@ -55,8 +58,13 @@ func (e *env) swPeek(key string, limit int64, strict bool) luascript.SlidingWind
 	return r
 }
 
+// dump is the key's content: its fields for a hash (the embedded store
+// cannot DUMP one), else DUMP's bytes.
 func (e *env) dump(key string) string {
 	e.t.Helper()
+	if typ, _ := e.do("TYPE", key).ToString(); typ == "hash" {
+		return fmt.Sprint(e.hash(key))
+	}
 	s, err := e.do("DUMP", key).ToString()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		e.t.Fatalf("DUMP %s: %v", key, err)
@@ -290,4 +298,47 @@ func (e *env) swTakeErrHealed(a luascript.SlidingWindowArgs, want error) error {
 		e.t.Fatalf("sliding window take %+v = %+v, %v; want %v", a, r, err, want)
 	}
 	return err
+}
+
+// The embedded store runs the sliding window too: gopher-lua compiles both
+// scripts (the peek without its flags line) and computes the same answers,
+// large products included.
+func TestSlidingWindowOnMiniredis(t *testing.T) {
+	_, c := startMiniredis(t)
+	prefix := randomPrefix(t)
+	t.Cleanup(func() { redistest.AssertAllKeysHaveTTL(t, c, prefix) })
+	e := &env{t: t, c: c, prefix: prefix}
+	k := e.swKey("u")
+	if r := e.swTake(sw(k, 3, 2, "a")); !r.Allowed || r.Used != 2 || r.ResetMS <= bigW {
+		t.Fatalf("take = %+v", r)
+	}
+	if r := e.swTake(sw(k, 3, 2, "a")); !r.Replay || r.Used != 2 {
+		t.Fatalf("replay = %+v", r)
+	}
+	if r := e.swTake(sw(k, 3, 2, "b")); r.Allowed || r.RetryAfterMS <= 0 {
+		t.Fatalf("take over the limit = %+v", r)
+	}
+	e.swTakeErr(sw(k, 3, 1, "a"), luascript.ErrConflict)
+	if p := e.swPeek(k, 3, true); p.Used != 2 || p.ResetMS <= bigW {
+		t.Fatalf("peek = %+v", p)
+	}
+
+	// The arithmetic at the bounds, against the formula.
+	rng := rand.New(rand.NewPCG(1, 15))
+	var cases []swCase
+	for range 200 {
+		k := swCase{limit: luascript.MaxLimit - rng.Int64N(1000), window: luascript.MaxWindowMS - rng.Int64N(1000), now: 1_700_000_000_000 + rng.Int64N(luascript.MaxWindowMS*4)}
+		k.s = k.now - k.now%k.window - k.window*rng.Int64N(2)
+		k.c, k.p, k.cost = rng.Int64N(k.limit/2), k.limit-rng.Int64N(3), 1+rng.Int64N(k.limit/2)
+		cases = append(cases, k)
+	}
+	for i, got := range swEval(t, e, cases) {
+		k := cases[i]
+		if want := ceilRat(swModel(k, k.now)); got[0] != want {
+			t.Fatalf("%+v: estimate %d, want %d", k, got[0], want)
+		}
+		if d := got[1]; !swFits(k, k.now+d) || (d > 0 && swFits(k, k.now+d-1)) {
+			t.Fatalf("%+v: retry_after_ms %d is not the first ms the take fits", k, d)
+		}
+	}
 }

@@ -4,6 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
 	"quotad/integration/redistest"
 	"quotad/policy"
 	"quotad/protocol"
@@ -125,5 +128,36 @@ func TestSlidingWindowDeniedFor(t *testing.T) {
 		if hold != c.hold || need != 7 {
 			t.Errorf("DeniedFor(retry_after_ms %d) = %v, %d; want %v, 7", c.retry, hold, need, c.hold)
 		}
+	}
+}
+
+// The decision metrics are labelled by algorithm.
+func TestSlidingWindowMetrics(t *testing.T) {
+	r := redistest.Start(t)
+	st := openStore(t, r)
+	reg := prometheus.NewRegistry()
+	d := New(Options{Store: st, AllowInline: true, Logger: zap.NewNop(), Registry: reg})
+	t.Cleanup(d.Close)
+	decide(t, d, `{"op":"take","subject":"m",`+swInline+`,"cost":3}`)
+	decide(t, d, `{"op":"take","subject":"m",`+swInline+`}`)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "quotad_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got[labels["algorithm"]+"/"+labels["result"]] += m.GetCounter().GetValue()
+		}
+	}
+	if got["sliding_window/allowed"] != 1 || got["sliding_window/denied"] != 1 {
+		t.Fatalf("takes by algorithm and result = %v, want one allowed and one denied sliding_window take", got)
 	}
 }

@@ -61,9 +61,9 @@ func (slidingWindow) Parse(req *protocol.Request, l *Limit, res rueidis.RedisRes
 // DeniedFor: a denial holds until retry_after_ms less one ms, for this cost
 // or more, and that is exact. Without other takes the estimate only falls
 // with time, and the script's retry_after_ms is the first whole ms of
-// Redis's clock at which a take of this cost fits (exact, see
-// sliding_window.lua); other takes only add to the counts, a denial or a
-// replay changes nothing, and a larger cost fits no earlier. Redis decided
+// Redis's clock at which a take of this cost fits (exact, see the
+// prelude's sliding_window); other takes only add to the counts, a denial
+// or a replay changes nothing, and a larger cost fits no earlier. Redis decided
 // at some instant of its clock in [now, now + 1 ms), now its whole ms, and
 // the call was sent before that, so a hold of retry_after_ms - 1 from the
 // send ends before now + retry_after_ms, the first instant the take could

@@ -76,10 +76,10 @@
 //
 // The estimate of the use in the last window_ms, elapsed ms into the
 // current period, is p * (window_ms - elapsed) / window_ms + c, and a take
-// of cost is accepted iff estimate + cost <= limit; the arithmetic
-// (sliding_window.lua) is exact in integers. A take counts until the end of
-// the period after its own, and so do its request id record and the key:
-// two windows at most. Every accepted take forgets up to three expired
+// of cost is accepted iff estimate + cost <= limit; the arithmetic (the
+// prelude's sliding_window) is exact in integers. A take counts until the
+// end of the period after its own, and so do its request id record and the
+// key: two windows at most. Every accepted take forgets up to three expired
 // records, as for the token bucket.
 //
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).

@@ -1,5 +1,5 @@
 package luascript
 
-// SlidingLibText is the prelude and sliding_window.lua, for tests that EVAL
-// the sliding window's arithmetic on given instants.
-func SlidingLibText() string { return prelude + "\n" + slidingWindowLib }
+// PreludeText is the prelude as the scripts hold it, for tests that EVAL
+// its helpers (the sliding window's arithmetic) on given instants.
+func PreludeText() string { return prelude }

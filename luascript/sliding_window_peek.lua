@@ -1,7 +1,7 @@
 #!lua flags=no-writes
 -- Reads one sliding window without writing anything, not even a missing
 -- TTL. The flags line lets Redis run it on a replica; see scripts.go. The
--- arithmetic is sliding_window.lua's, as for sliding_window_take.lua.
+-- arithmetic is the prelude's sliding_window, as for sliding_window_take.lua.
 --
 -- KEYS[1]  window hash
 -- ARGV[1]  limit          canonical decimal, 1..MAX_LIMIT
@@ -15,24 +15,30 @@
 -- write it tried (no-writes).
 
 if #KEYS ~= 1 or #ARGV ~= 3 then
-  return invalid('want 1 key and 3 arguments')
+  return redis.error_reply('INVALID want 1 key and 3 arguments')
 end
 local key = KEYS[1]
 local limit_s, window_s, strict = ARGV[1], ARGV[2], ARGV[3]
 
-local limit, window = window_shape(limit_s, window_s)
-if not limit then
-  return window
+if not dec(limit_s, 1, MAX_LIMIT) then
+  return redis.error_reply('INVALID limit must be a decimal in 1..' .. MAX_LIMIT)
+end
+local window = dec(window_s, 1, MAX_WINDOW_MS)
+if not window then
+  return redis.error_reply('INVALID window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
 end
 if strict ~= '0' and strict ~= '1' then
-  return invalid('strict must be 0 or 1')
+  return redis.error_reply('INVALID strict must be 0 or 1')
 end
 
 local _, now = redis_now()
 
-local f, e = read('sliding window', 'HMGET', key, 's', 'c', 'p', 'policy')
-if not f then
-  return e
+local f = redis.pcall('HMGET', key, 's', 'c', 'p', 'policy')
+if f.err then
+  if string.sub(f.err, 1, 10) == 'WRONGTYPE ' then
+    return redis.error_reply('WRONGTYPE key is not a quotad sliding window: it holds another type')
+  end
+  return f
 end
 if redis.call('EXISTS', key) == 0 then
   return {0, 0}
@@ -40,12 +46,13 @@ end
 local s = dec(f[1], 0, MAX_EXACT)
 local c = dec(f[2], 0, MAX_LIMIT)
 local p = dec(f[3], 0, MAX_LIMIT)
-local stored = type(f[4]) == 'string' and dec(string.match(f[4], '^[0-9]+:([0-9]+)$'), 1, MAX_WINDOW_MS)
+local stored = f[4] and dec(string.match(f[4], '^%d+:(%d+)$'), 1, MAX_WINDOW_MS)
 if not (s and c and p and stored) then
-  return not_ours('sliding window', 'a hash with other fields')
+  return redis.error_reply('WRONGTYPE key is not a quotad sliding window: a hash with other fields')
 end
 if strict == '1' and f[4] ~= limit_s .. ':' .. window_s then
   return redis.error_reply('POLICY live window has limit:window_ms ' .. f[4])
 end
-local prev, cur, start, elapsed = sw_state(window, now, s, c, p, stored)
-return {sw_share(window, prev, elapsed) + cur, sw_reset(window, now, prev, cur, start)}
+local sw = sliding_window(window)
+local prev, cur, start, elapsed = sw.state(now, s, c, p, stored)
+return {sw.share(prev, elapsed) + cur, sw.reset(now, prev, cur, start)}

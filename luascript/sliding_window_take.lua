@@ -1,6 +1,5 @@
 -- One decision on one sliding window (the two-window counter). See doc.go
--- for the hash layout and sliding_window.lua, joined before this body, for
--- the arithmetic.
+-- for the hash layout, and the prelude's sliding_window for the arithmetic.
 --
 -- KEYS[1]  window hash
 -- ARGV[1]  limit          canonical decimal, 1..MAX_LIMIT
@@ -34,36 +33,43 @@
 -- leaves a window untouched (but for a restored TTL) or decides in full.
 
 if #KEYS ~= 1 or #ARGV ~= 6 then
-  return invalid('want 1 key and 6 arguments')
+  return redis.error_reply('INVALID want 1 key and 6 arguments')
 end
 local key = KEYS[1]
 local limit_s, window_s, cost_s, maxids_s, strict, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 
-local limit, window = window_shape(limit_s, window_s)
+local limit = dec(limit_s, 1, MAX_LIMIT)
 if not limit then
-  return window
+  return redis.error_reply('INVALID limit must be a decimal in 1..' .. MAX_LIMIT)
+end
+local window = dec(window_s, 1, MAX_WINDOW_MS)
+if not window then
+  return redis.error_reply('INVALID window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
 end
 local cost = dec(cost_s, 1, limit)
 if not cost then
-  return invalid('cost must be a decimal in 1..limit')
+  return redis.error_reply('INVALID cost must be a decimal in 1..limit')
 end
 local maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
 if not maxids then
-  return invalid('max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
+  return redis.error_reply('INVALID max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
 end
 if strict ~= '0' and strict ~= '1' then
-  return invalid('strict must be 0 or 1')
+  return redis.error_reply('INVALID strict must be 0 or 1')
 end
-if id ~= '' and not valid_id(id) then
-  return invalid_id()
+if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, '^[A-Za-z0-9_%-]+$')) then
+  return redis.error_reply('INVALID request_id must be 1 to ' .. MAX_REQUEST_ID_BYTES .. ' of A-Z a-z 0-9 _ -')
 end
 local policy = limit_s .. ':' .. window_s
 
 local _, now = redis_now()
 
-local f, e = read('sliding window', 'HMGET', key, 's', 'c', 'p', 'policy', 'ids', 'qh', 'qt', 'r:' .. id)
-if not f then
-  return e
+local f = redis.pcall('HMGET', key, 's', 'c', 'p', 'policy', 'ids', 'qh', 'qt', 'r:' .. id)
+if f.err then
+  if string.sub(f.err, 1, 10) == 'WRONGTYPE ' then
+    return redis.error_reply('WRONGTYPE key is not a quotad sliding window: it holds another type')
+  end
+  return f
 end
 local pttl = redis.call('PTTL', key)
 
@@ -76,50 +82,53 @@ if pttl ~= -2 then
   ids = dec(f[5] or '0', 0, MAX_REQUEST_IDS)
   qh = dec(f[6] or '0', 0, MAX_EXACT)
   qt = dec(f[7] or '0', 0, MAX_EXACT)
-  stored = type(stored_policy) == 'string' and dec(string.match(stored_policy, '^[0-9]+:([0-9]+)$'), 1, MAX_WINDOW_MS)
+  stored = stored_policy and dec(string.match(stored_policy, '^%d+:(%d+)$'), 1, MAX_WINDOW_MS)
   if not (s and c and p and ids and qh and qt and stored and qh <= qt) then
-    return not_ours('sliding window', 'a hash with other fields')
+    return redis.error_reply('WRONGTYPE key is not a quotad sliding window: a hash with other fields')
   end
 end
 
 -- A window without a TTL would hold its use forever, so it gets one on
 -- whatever path follows, errors included: until its own counts have slid
--- out under the window it was written with, not this caller's.
-local healed = 0
+-- out under the window it was written with, not this caller's. Every
+-- error reply after it is marked.
+local healed, mark = 0, ''
 if pttl == -1 then
   local ttl = math.max(s + 2 * stored - now, 1)
   redis.call('PEXPIRE', key, ttl)
-  pttl, healed = ttl, 1
+  pttl, healed, mark = ttl, 1, ' TTL_RESTORED'
 end
 
 if strict == '1' and stored_policy and stored_policy ~= policy then
-  return refuse(healed, 'POLICY live window has limit:window_ms ' .. stored_policy)
+  return redis.error_reply('POLICY live window has limit:window_ms ' .. stored_policy .. mark)
 end
 
--- A named policy's new limit applies at once to the counts; see sw_state
--- for a new window.
-local prev, cur, start, elapsed = sw_state(window, now, s, c, p, stored)
-local share = sw_share(window, prev, elapsed)
+-- A named policy's new limit applies at once to the counts; see
+-- sliding_window's state for a new window.
+local sw = sliding_window(window)
+local prev, cur, start, elapsed = sw.state(now, s, c, p, stored)
+local share = sw.share(prev, elapsed)
 
 if id ~= '' and f[8] then
-  local rc, ru, rx = string.match(f[8], '^([0-9]+):([0-9]+):([0-9]+)$')
+  local rc, ru, rx = string.match(f[8], '^(%d+):(%d+):(%d+)$')
   rx = dec(rx, 0, MAX_EXACT)
-  if not rx or not dec(ru, 0, MAX_LIMIT) then
-    return refuse(healed, 'WRONGTYPE key is not a quotad sliding window: malformed request id record')
+  ru = dec(ru, 0, 2 * MAX_LIMIT)
+  if not rx or not ru then
+    return redis.error_reply('WRONGTYPE key is not a quotad sliding window: malformed request id record' .. mark)
   end
   -- A record lasts as long as the take it records counts in any estimate:
   -- until the end of the period after the one it was counted in.
   if rx > now then
     if rc ~= cost_s then
-      return refuse(healed, 'CONFLICT request id was accepted with cost ' .. rc)
+      return redis.error_reply('CONFLICT request id was accepted with cost ' .. rc .. mark)
     end
-    return {1, 1, tonumber(ru), sw_reset(window, now, prev, cur, start), 0, healed}
+    return {1, 1, ru, sw.reset(now, prev, cur, start), 0, healed}
   end
 end
 
 if share + cur + cost > limit then
-  return {0, 0, share + cur, sw_reset(window, now, prev, cur, start),
-    sw_retry(limit, window, now, prev, cur, start, elapsed, cost), healed}
+  return {0, 0, share + cur, sw.reset(now, prev, cur, start),
+    sw.retry(limit, now, prev, cur, start, elapsed, cost), healed}
 end
 
 -- Plan, with reads only, to forget up to three records past their expiry,
@@ -136,7 +145,7 @@ if qh < qt then
   local qs = redis.call('HMGET', key, unpack(qf))
   local rf, seen = {}, {}
   for i = 1, #qf do
-    local qid, qx = string.match(qs[i] or '', '^(.+):([0-9]+)$')
+    local qid, qx = string.match(qs[i] or '', '^(.+):(%d+)$')
     qx = dec(qx, 0, MAX_EXACT)
     if qx and qx > now then
       break
@@ -152,7 +161,7 @@ if qh < qt then
     local recs = redis.call('HMGET', key, unpack(rf))
     for i = 1, #rf do
       local rec = recs[i]
-      local rx = rec and dec(string.match(rec, ':([0-9]+)$'), 0, MAX_EXACT)
+      local rx = rec and dec(string.match(rec, ':(%d+)$'), 0, MAX_EXACT)
       if rec and (not rx or rx <= now) then
         drop[#drop + 1] = rf[i]
         ids = math.max(ids - 1, 0)
@@ -173,7 +182,7 @@ if id ~= '' then
   -- An expired record of this id is overwritten, so it is not counted again.
   local fresh = not f[8]
   if fresh and ids >= maxids then
-    return refuse(healed, 'REQUEST_IDS_FULL window holds ' .. ids .. ' request ids')
+    return redis.error_reply('REQUEST_IDS_FULL window holds ' .. ids .. ' request ids' .. mark)
   end
   if fresh then
     ids = ids + 1

@@ -4,35 +4,19 @@ import (
 	"context"
 	_ "embed"
 	"strconv"
-	"strings"
 
 	"github.com/redis/rueidis"
 )
 
 var (
-	//go:embed sliding_window.lua
-	slidingWindowLib string
 	//go:embed sliding_window_take.lua
 	slidingWindowTakeBody string
 	//go:embed sliding_window_peek.lua
 	slidingWindowPeekBody string
 
-	slidingWindowTake = newScript("sliding_window_take.lua", withSlidingLib("sliding_window_take.lua", slidingWindowTakeBody))
-	slidingWindowPeek = newScript("sliding_window_peek.lua", withSlidingLib("sliding_window_peek.lua", slidingWindowPeekBody))
+	slidingWindowTake = newScript("sliding_window_take.lua", slidingWindowTakeBody)
+	slidingWindowPeek = newScript("sliding_window_peek.lua", slidingWindowPeekBody)
 )
-
-// withSlidingLib puts sliding_window.lua, the arithmetic both sliding window
-// scripts share, before a script's body, after its flags line if it has
-// one (which must stay first). The result is still one text with one SHA1.
-func withSlidingLib(name, body string) string {
-	flags := ""
-	if strings.HasPrefix(body, "#!") {
-		line, rest, _ := strings.Cut(body, "\n")
-		flags, body = line+"\n", rest
-	}
-	return flags + "-- sliding_window.lua, joined before " + name + "\n" + slidingWindowLib +
-		"\n-- " + name + ", after sliding_window.lua\n" + body
-}
 
 // SlidingWindowKey is the key of the sliding window that (policy, subject)
 // counts against, laid out as FixedWindowKey.

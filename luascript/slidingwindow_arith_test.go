@@ -35,7 +35,7 @@ func swFits(k swCase, t int64) bool {
 	return swModel(k, t).Cmp(big.NewRat(k.limit-k.cost, 1)) <= 0
 }
 
-// swEval runs sliding_window.lua's functions on every case in one EVAL and
+// swEval runs the prelude's sliding_window on every case in one EVAL and
 // returns, per case, the estimate rounded up and retry_after_ms.
 func swEval(t *testing.T, e *env, cases []swCase) [][2]int64 {
 	t.Helper()
@@ -44,13 +44,14 @@ local out = {}
 for i = 1, #ARGV, 7 do
   local limit, window, now, s, c, p, cost = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
     tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
-  local prev, cur, start, elapsed = sw_state(window, now, s, c, p, window)
-  out[#out + 1] = sw_share(window, prev, elapsed) + cur
-  out[#out + 1] = sw_retry(limit, window, now, prev, cur, start, elapsed, cost)
+  local sw = sliding_window(window)
+  local prev, cur, start, elapsed = sw.state(now, s, c, p, window)
+  out[#out + 1] = sw.share(prev, elapsed) + cur
+  out[#out + 1] = sw.retry(limit, now, prev, cur, start, elapsed, cost)
 end
 return out
 `
-	args := []string{"EVAL", luascript.SlidingLibText() + body, "0"}
+	args := []string{"EVAL", luascript.PreludeText() + body, "0"}
 	for _, k := range cases {
 		for _, v := range []int64{k.limit, k.window, k.now, k.s, k.c, k.p, k.cost} {
 			args = append(args, strconv.FormatInt(v, 10))

@@ -342,3 +342,45 @@ func TestSlidingWindowOnMiniredis(t *testing.T) {
 		}
 	}
 }
+
+// Sliding window calls share one ExecMulti with other scripts' calls, and
+// each result comes back in its place.
+func TestSlidingWindowInExecMulti(t *testing.T) {
+	e := setup(t)
+	take, err := luascript.SlidingWindowTakeCall(sw(e.swKey("m"), 2, 2, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peek, err := luascript.SlidingWindowPeekCall(luascript.SlidingWindowPeekArgs{Key: e.swKey("m"), Limit: 2, WindowMS: bigW})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := luascript.TakeCall(args(e.key("m"), 5, 1, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := luascript.ExecMulti(t.Context(), e.c, []luascript.Call{take, fixed, peek, take})
+	if r, err := luascript.ParseSlidingWindowTake(res[0]); err != nil || !r.Allowed || r.Used != 2 {
+		t.Fatalf("sliding take = %+v, %v", r, err)
+	}
+	if r, err := luascript.ParseTake(res[1]); err != nil || !r.Allowed || r.Used != 1 {
+		t.Fatalf("fixed window take = %+v, %v", r, err)
+	}
+	if r, err := luascript.ParseSlidingWindowPeek(res[2]); err != nil || r.Used != 2 {
+		t.Fatalf("sliding peek = %+v, %v", r, err)
+	}
+	if r, err := luascript.ParseSlidingWindowTake(res[3]); err != nil || !r.Replay {
+		t.Fatalf("sliding replay = %+v, %v", r, err)
+	}
+	// A reply of another shape is never read as a decision.
+	for _, lua := range []string{"return {1, 0, 1, 0}", "return {1, 0, 1, 0, 5, 0}", "return {0, 0, 1, 0, 0, 0}", "return {0, 1, 1, 0, 5, 0}", "return {1, 0, -1, 0, 0, 0}"} {
+		if _, err := luascript.ParseSlidingWindowTake(e.do("EVAL", lua, "0")); !errors.Is(err, luascript.ErrMalformedReply) {
+			t.Errorf("ParseSlidingWindowTake of %q = %v, want MALFORMED_REPLY", lua, err)
+		}
+	}
+	for _, lua := range []string{"return {1}", "return {-1, 0}", "return {1, -1}"} {
+		if _, err := luascript.ParseSlidingWindowPeek(e.do("EVAL", lua, "0")); !errors.Is(err, luascript.ErrMalformedReply) {
+			t.Errorf("ParseSlidingWindowPeek of %q = %v, want MALFORMED_REPLY", lua, err)
+		}
+	}
+}

@@ -206,7 +206,9 @@ redis.call('HSET', key, unpack(fields))
 if #drop > 0 then
   redis.call('HDEL', key, unpack(drop))
 end
--- Never shorter than it already has: records written under a longer window
--- keep their time.
-redis.call('PEXPIRE', key, math.max(ends - now, pttl, 1))
+-- Under one window ends only moves on, so this never shortens the key's
+-- life; after a named policy's window shrank it may, and the records of
+-- the old window then go with the key once their takes no longer count
+-- under the new one.
+redis.call('PEXPIRE', key, math.max(ends - now, 1))
 return {1, 0, used, ends - now, 0, healed}

@@ -1,10 +1,14 @@
 package luascript_test
 
 import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/rueidis"
@@ -382,5 +386,61 @@ func TestSlidingWindowInExecMulti(t *testing.T) {
 		if _, err := luascript.ParseSlidingWindowPeek(e.do("EVAL", lua, "0")); !errors.Is(err, luascript.ErrMalformedReply) {
 			t.Errorf("ParseSlidingWindowPeek of %q = %v, want MALFORMED_REPLY", lua, err)
 		}
+	}
+}
+
+// Under maxmemory with noeviction a sliding window take's first write that
+// may grow memory (its HSET) is refused before anything else is written:
+// the window is as it was, replays and denials still answer, and a window
+// without TTL gets it back and then decides in full.
+func TestSlidingWindowOnAFullRedis(t *testing.T) {
+	e := setup(t)
+	e.mustDo("CONFIG", "SET", "maxmemory-policy", "noeviction")
+	live, healing, fresh := e.swKey("live"), e.swKey("healing"), e.swKey("fresh")
+	e.swTake(sw(live, 5, 2, "a"))
+	e.swTake(sw(healing, 5, 1, ""))
+	e.mustDo("PERSIST", healing)
+	before := e.dump(live)
+	e.mustDo("CONFIG", "SET", "maxmemory", "1")
+	t.Cleanup(func() {
+		if err := e.c.Do(context.Background(), e.c.B().Arbitrary("CONFIG", "SET", "maxmemory", "0").Build()).Error(); err != nil {
+			t.Errorf("CONFIG SET maxmemory 0: %v", err)
+		}
+	})
+	for _, a := range []luascript.SlidingWindowArgs{sw(live, 5, 1, "b"), sw(live, 5, 1, ""), sw(fresh, 5, 1, "c")} {
+		_, err := luascript.SlidingWindowTake(t.Context(), e.c, a)
+		if err == nil || !strings.HasPrefix(err.Error(), "sliding window take: OOM") {
+			t.Fatalf("take %+v on a full Redis: %v, want Redis's OOM refusal", a, err)
+		}
+	}
+	if e.dump(live) != before {
+		t.Fatal("a refused take changed the window")
+	}
+	if n, err := e.do("EXISTS", fresh).AsInt64(); err != nil || n != 0 {
+		t.Fatalf("EXISTS of a refused new window = %d, %v", n, err)
+	}
+	if r := e.swTake(sw(live, 5, 2, "a")); !r.Replay {
+		t.Fatalf("replay on a full Redis = %+v", r)
+	}
+	if r := e.swTake(sw(live, 5, 4, "")); r.Allowed {
+		t.Fatalf("take past the limit on a full Redis = %+v, want a denial", r)
+	}
+	if r := e.swTake(sw(healing, 5, 1, "")); !r.Allowed || !r.Healed || r.Used != 2 {
+		t.Fatalf("take on a window without TTL on a full Redis = %+v, want allowed, healed, used 2", r)
+	}
+}
+
+// On Redis the peek runs as written, flags line included, so a replica may
+// serve it: the script Redis cached is the flagged one.
+func TestSlidingWindowPeekHasNoWritesFlag(t *testing.T) {
+	e := setup(t)
+	e.swPeek(e.swKey("u"), 1, false)
+	src := luascript.ScriptText("sliding_window_peek.lua")
+	if !strings.HasPrefix(src, "#!lua flags=no-writes\n") {
+		t.Fatal("sliding_window_peek.lua does not start with the no-writes flags line")
+	}
+	sum := sha1.Sum([]byte(src))
+	if n, err := e.do("SCRIPT", "EXISTS", hex.EncodeToString(sum[:])).AsIntSlice(); err != nil || len(n) != 1 || n[0] != 1 {
+		t.Fatalf("SCRIPT EXISTS = %v, %v; want the flagged script cached", n, err)
 	}
 }

@@ -59,6 +59,29 @@
 // holder that died blocks the subject for at most lease_ms. The key lives
 // exactly as long as its last lease, and is deleted when none is left.
 //
+// # Sliding window
+//
+// A sliding window is a Redis hash at SlidingWindowKey, counting the two
+// fixed periods of window_ms, aligned to Redis's clock (TIME), that any
+// window-long interval ending now overlaps:
+//
+//	s             start of the current period, ms of Redis's clock
+//	c             units accepted in the period starting at s
+//	p             units accepted in the period before it
+//	policy        "<limit>:<window_ms>" it was last written under
+//	ids           number of r:* records
+//	qh, qt        head and tail of the queue of records, in order of expiry
+//	q:<n>         "<id>:<expiry ms>", one per recorded acceptance
+//	r:<id>        "<cost>:<used right after acceptance>:<expiry ms>"
+//
+// The estimate of the use in the last window_ms, elapsed ms into the
+// current period, is p * (window_ms - elapsed) / window_ms + c, and a take
+// of cost is accepted iff estimate + cost <= limit; the arithmetic (the
+// prelude's sliding_window) is exact in integers. A take counts until the
+// end of the period after its own, and so do its request id record and the
+// key: two windows at most. Every accepted take forgets up to three expired
+// records, as for the token bucket.
+//
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).
 //
 // # Calls

@@ -6,6 +6,7 @@ package luascript
 //	<prefix>fw:{i:<subject>}            window of an inline limit
 //	<prefix>tb:{p:<policy>:<subject>}   token bucket, likewise
 //	<prefix>cc:{p:<policy>:<subject>}   concurrency leases, likewise
+//	<prefix>sw:{p:<policy>:<subject>}   sliding window, likewise (SlidingWindowKey)
 //
 // The p:/i: marker keeps named and inline windows apart. Policy names are
 // [A-Za-z0-9_.-]{1,64} with no colon, so the first colon after "p:" ends the
@@ -68,6 +69,11 @@ var Layouts = []Layout{
 	// Six state fields; each record also has a q:<n> queue entry.
 	{Tag: "tb", Algorithm: "token_bucket", IDMatch: "r:*", Fixed: 6},
 	{Tag: "cc", Algorithm: "concurrency"},
+	// s, c, p, policy, ids, qh and qt; each record also has a q:<n> queue
+	// entry. Its policy field gives the window: a key lives two windows at
+	// most, so a TTL of one window, which doctor --fix gives, only ever
+	// forgets use early.
+	{Tag: "sw", Algorithm: "sliding_window", IDMatch: "r:*", Fixed: 7, WindowField: "policy"},
 }
 
 // LayoutOf returns the layout whose Tag is tag.

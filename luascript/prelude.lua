@@ -187,3 +187,133 @@ local function gcra(rate, period, burst, now)
   end
   return g
 end
+
+-- The sliding window's arithmetic, for its take and its peek: the helpers
+-- of a window of that many ms, made when called (as gcra's), so scripts
+-- without a sliding window pay for this one function alone.
+--
+-- Time is whole ms of Redis's clock. Periods of window ms are aligned to
+-- it: the period holding t starts at t - t % window, so every subject and
+-- every sidecar agree on them. At elapsed ms into a period, with prev
+-- units accepted in the period before and cur in this one, the use of the
+-- last window ms is estimated as prev * (window - elapsed) / window + cur,
+-- and a take of cost is accepted iff estimate + cost <= limit. cur and cost
+-- being whole, that is share + cur + cost <= limit, share being the first
+-- term rounded up, so the scripts compare integers only.
+--
+-- The weight (window - elapsed) / window is never a float: a float weight
+-- (or one scaled to a fixed number of steps) rounds, by an error that grows
+-- with prev and the window's length, and would differ between a take and
+-- its retry_after_ms. It stays a ratio of integers. prev * (window -
+-- elapsed) reaches 2^62, past the 2^53 a double holds exactly, so muldiv
+-- forms the product in two halves and every quotient and remainder is
+-- exact, for every limit and window the bounds allow.
+local function sliding_window(window)
+  local w = {}
+  -- Exact quotient and remainder, 0 <= n < 2^53, 0 < d < 2^53: n / d is
+  -- rounded once, so its floor is off by at most one.
+  local function quorem(n, d)
+    local q = math.floor(n / d)
+    local r = n - q * d
+    if r < 0 then
+      q, r = q - 1, r + d
+    elseif r >= d then
+      q, r = q + 1, r - d
+    end
+    return q, r
+  end
+  -- floor(a * b / d) and its remainder, exactly, for 0 <= a < 2^31 and
+  -- 0 <= b, d < 2^32 (d > 0). a = hi * 65536 + lo: hi * b < 2^47, and
+  -- r1 * 65536 + lo * b < 2^49, so every step is an exact integer.
+  local function muldiv(a, b, d)
+    local hi = math.floor(a / 65536)
+    local lo = a - hi * 65536
+    local q1, r1 = quorem(hi * b, d)
+    local q2, r2 = quorem(r1 * 65536 + lo * b, d)
+    return q1 * 65536 + q2, r2
+  end
+  -- prev's share of the estimate, elapsed ms into a period, rounded up.
+  function w.share(prev, elapsed)
+    if prev == 0 or elapsed >= window then
+      return 0
+    end
+    local q, r = muldiv(prev, window - elapsed, window)
+    if r > 0 then
+      q = q + 1
+    end
+    return q
+  end
+  -- The counts at now of a hash whose current period started at s, with c
+  -- units in it and p in the period before, written under a window of
+  -- stored ms: prev, cur, the start of now's period and the ms elapsed in
+  -- it. A period that ended a window ago or more counts nothing. A stored
+  -- period after now's (Redis's clock went back, as after a failover to a
+  -- replica whose clock is behind) counts in full, as at its own start, so
+  -- going back in time frees nothing. Under another window (a named
+  -- policy's window changed) the periods do not line up: the old estimate
+  -- at now, rounded up, becomes the current period's count, so what
+  -- counted at the change counts for a window more and nothing is freed.
+  function w.state(now, s, c, p, stored)
+    local _, off = quorem(now, window)
+    local start = now - off
+    if stored ~= window then
+      local o = sliding_window(stored)
+      local prev, cur, _, elapsed = o.state(now, s, c, p, stored)
+      return 0, o.share(prev, elapsed) + cur, start, off
+    end
+    if s == start then
+      return p, c, start, off
+    elseif s == start - window then
+      return c, 0, start, off
+    elseif s < start then
+      return 0, 0, start, off
+    end
+    return p, c, s, 0
+  end
+  -- ms from now until the whole use has slid out: cur counts until the
+  -- end of the next period, prev until the end of this one; 0 for none.
+  function w.reset(now, prev, cur, start)
+    if cur > 0 then
+      return start + 2 * window - now
+    elseif prev > 0 then
+      return start + window - now
+    end
+    return 0
+  end
+  -- ms from now until a take of cost fits if nothing else is taken: the
+  -- least t >= now with share(t) + cur(t) + cost <= limit; 0 when it fits
+  -- now. The estimate only falls with time (prev's weight falls by
+  -- 1/window a ms; at the boundary cur becomes prev at full weight and cur
+  -- is 0), so the first such instant has a closed form, in this period or
+  -- the next:
+  --
+  --   this period, elapsed x:  prev * (window - x) <= R * window,
+  --                            R = limit - cur - cost >= 0
+  --                            <=>  x >= window - floor(R * window / prev)
+  --   next period, elapsed y:  cur * (window - y) <= R' * window,
+  --                            R' = limit - cost >= 0 (cost <= limit)
+  --                            <=>  y >= window - floor(R' * window / cur)
+  --
+  -- A bound of window itself is the start of the period after, where the
+  -- take fits. R < prev and R' < cur where muldiv is called, so its
+  -- quotient is below window and its bounds hold.
+  function w.retry(limit, now, prev, cur, start, elapsed, cost)
+    local r = limit - cur - cost
+    local at
+    if r >= 0 then
+      if r >= prev then
+        return 0
+      end
+      at = start + math.max(window - muldiv(r, window, prev), elapsed)
+    else
+      r = limit - cost
+      local y = 0
+      if r < cur then
+        y = window - muldiv(r, window, cur)
+      end
+      at = start + window + y
+    end
+    return math.max(at - now, 0)
+  end
+  return w
+end

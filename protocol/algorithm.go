@@ -15,6 +15,9 @@ const (
 	AlgorithmConcurrency = limits.Concurrency
 )
 
+// AlgorithmSlidingWindow is the two-window counter (limits.Sliding).
+const AlgorithmSlidingWindow = limits.SlidingWindow
+
 // MaxLeases bounds a concurrency limit (limits.MaxLeases).
 const MaxLeases = limits.MaxLeases
 
@@ -27,6 +30,8 @@ var algorithmInline = map[string]field{
 	AlgorithmFixedWindow: fieldAlgorithm | fieldLimit | fieldWindowMS,
 	AlgorithmTokenBucket: fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst,
 	AlgorithmConcurrency: fieldAlgorithm | fieldLimit | fieldLeaseMS,
+
+	AlgorithmSlidingWindow: fieldAlgorithm | fieldLimit | fieldWindowMS,
 }
 
 // validateAlgorithm checks the inline form of a request that gave an
@@ -41,7 +46,7 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 	}
 	allowed, ok := algorithmInline[algo]
 	if !ok {
-		return invalid("unknown algorithm " + strconv.Quote(algo) + ": one of fixed_window, token_bucket, concurrency")
+		return invalid("unknown algorithm " + strconv.Quote(algo) + ": one of fixed_window, token_bucket, concurrency, sliding_window")
 	}
 	inline := fieldLimit | fieldWindowMS | algorithmFields
 	if extra := r.fields & inline &^ allowed; extra != 0 {
@@ -66,6 +71,11 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 			return invalid("concurrency needs limit and lease_ms")
 		}
 		return invalidShape(limits.CheckConcurrency(r.Limit, r.LeaseMS))
+	case AlgorithmSlidingWindow:
+		if r.fields&fieldLimit == 0 || r.fields&fieldWindowMS == 0 {
+			return invalid("sliding_window needs limit and window_ms")
+		}
+		return invalidShape(limits.Sliding{Limit: r.Limit, WindowMS: r.WindowMS}.Check())
 	}
 	return nil
 }
@@ -132,6 +142,8 @@ func (r *Request) InlineShape() limits.Shape {
 		return limits.Bucket{Rate: r.Rate, PeriodMS: r.PeriodMS, Burst: r.Burst}
 	case AlgorithmConcurrency:
 		return limits.Leases{Limit: r.Limit, LeaseMS: r.LeaseMS}
+	case AlgorithmSlidingWindow:
+		return limits.Sliding{Limit: r.Limit, WindowMS: r.WindowMS}
 	}
 	return limits.Window{Limit: r.Limit, WindowMS: r.WindowMS}
 }

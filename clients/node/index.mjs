@@ -426,7 +426,8 @@ export class Client {
   // Consume cost units of subject's quota. Address the quota with { policy },
   // or inline: { limit, window_ms } (fixed window); { algorithm:
   // 'token_bucket', rate, period_ms, burst }; { algorithm: 'concurrency',
-  // limit, lease_ms } (its take needs a request_id: it names the lease). A
+  // limit, lease_ms } (its take needs a request_id: it names the lease);
+  // { algorithm: 'sliding_window', limit, window_ms }. A
   // request_id makes the take safe to retry, and lets the client resend it
   // after a lost connection. timeout_ms shortens the sidecar's Redis
   // deadline; timeoutMs bounds this call here.

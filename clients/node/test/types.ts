@@ -8,6 +8,7 @@ async function main(): Promise<void> {
   const used: number = r.used;
   const lease: number | undefined = r.lease_ms;
   const p = await q.peek('alice', { limit: 5, window_ms: 60000, timeoutMs: 100 });
+  const sw: TakeReply = await q.take('carol', { algorithm: 'sliding_window', limit: 100, window_ms: 60000 });
   const rel = await q.release('jobs', 'job-1', { algorithm: 'concurrency', limit: 2, lease_ms: 30000 });
   const released: boolean = rel.released;
   const ping = await q.ping();
@@ -26,7 +27,7 @@ async function main(): Promise<void> {
   }
   // @ts-expect-error a misspelled option is a type error too
   await q.take('alice', { limit: 5, window_ms: 60000, brust: 3 });
-  console.log(used, lease, p.remaining, released, ready, ok, q.reconnects);
+  console.log(used, lease, p.remaining, sw.used, released, ready, ok, q.reconnects);
   await q.close();
 }
 

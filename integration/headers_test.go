@@ -73,10 +73,11 @@ type headerDecision struct {
 }
 
 // TestRateLimitHeadersParsedByStructuredHeaders drives a real sidecar
-// through allowed, denied, replayed, shadow, peeked and degraded decisions
-// of every algorithm, has a third-party Structured Field parser read every
-// header field value they carry, and checks what it read against the
-// decision's own fields: limit, remaining, reset_ms and retry_after_ms.
+// through allowed, denied (by Redis and by the local denial), replayed,
+// shadow, peeked and degraded decisions of every algorithm, has a
+// third-party Structured Field parser read every header field value they
+// carry, and checks what it read against the decision's own fields: limit,
+// remaining, reset_ms and retry_after_ms.
 func TestRateLimitHeadersParsedByStructuredHeaders(t *testing.T) {
 	t.Parallel()
 	parser := npmCached(t, "structured-headers", structuredHeadersVersion)
@@ -133,6 +134,8 @@ func TestRateLimitHeadersParsedByStructuredHeaders(t *testing.T) {
 	ask("api", fixed, 60, "", `{"op":"take","subject":"f","policy":"api","request_id":"a1","headers":true}`)
 	wantFlag(t, ask("api", fixed, 60, "", `{"op":"take","subject":"f","policy":"api","request_id":"a1","headers":true}`), "replay", true)
 	ask("api", fixed, 60, "", `{"op":"take","subject":"f","policy":"api","headers":true}`)
+	wantFlag(t, ask("api", fixed, 60, "", `{"op":"take","subject":"f","policy":"api","headers":true}`), "allowed", false)
+	// Denied again, now by the sidecar from the denial it remembers.
 	wantFlag(t, ask("api", fixed, 60, "", `{"op":"take","subject":"f","policy":"api","headers":true}`), "allowed", false)
 	ask("api", fixed, 60, "", `{"op":"peek","subject":"f","policy":"api","headers":true}`)
 	ask("api", fixed, 60, "", `{"op":"peek","subject":"unused","policy":"api","headers":true}`)

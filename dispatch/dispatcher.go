@@ -133,6 +133,7 @@ func (d *Dispatcher) Prepare(req *protocol.Request, dec *Decision) (key string, 
 	}
 	l := &dec.limit
 	dec.Out.Algorithm, dec.Out.Policy, dec.Out.Limit = l.Algorithm.Name(), l.Policy, l.Shape.Quota()
+	dec.Out.Headers, dec.Out.Shape = req.Headers, l.Shape
 	dec.key = l.Algorithm.Key(d.opts.KeyPrefix, l.Policy, req.Subject)
 	call, err := l.Algorithm.Call(req, l, dec.key)
 	if err != nil {

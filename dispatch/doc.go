@@ -25,6 +25,14 @@
 //     (Policy.Shape), each with their tests.
 //  5. Tests against a real redis-server: its scripts in luascript, its
 //     decisions here or through a sidecar in package sidecar.
+//  6. What its RateLimit header fields say (headers.go): without more, a
+//     decision renders the generic parameters, q (the shape's Quota), r
+//     (remaining) and t (reset_ms in seconds). An algorithm with a window
+//     or a unit adds a headerItem(limits.Shape, *Outcome) headerItem
+//     method that starts from genericItem and sets w, qu, or drops t;
+//     fixedwindow's, tokenbucket's and concurrency's are in headers.go.
+//     A decision of several limits renders one list member per limit
+//     with renderHeaders.
 //
 // Batching, deadlines, the breaker, the local denial, shadow mode,
 // on_unavailable, the metrics and the decision log then work for it

@@ -103,7 +103,10 @@ func (d *Dispatcher) undecided(dec *Decision, err error) {
 		return
 	}
 	// Nothing is known of the state: the answer counts nothing as used.
-	*o = Outcome{Op: o.Op, Algorithm: o.Algorithm, Policy: o.Policy, Limit: o.Limit, Remaining: o.Limit, Degraded: true}
+	*o = Outcome{
+		Op: o.Op, Algorithm: o.Algorithm, Policy: o.Policy, Limit: o.Limit, Remaining: o.Limit, Degraded: true,
+		Headers: o.Headers, Shape: o.Shape,
+	}
 	if l.OnUnavailable == policy.OnUnavailableAllow {
 		o.Allowed = true
 	} else {

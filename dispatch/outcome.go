@@ -1,6 +1,9 @@
 package dispatch
 
-import "quotad/protocol"
+import (
+	"quotad/limits"
+	"quotad/protocol"
+)
 
 // Outcome is what one take, peek or release decided: a value, rendered
 // into a reply line once (AppendReply). Metrics, the decision log, shadow
@@ -38,6 +41,13 @@ type Outcome struct {
 	Local bool
 	// Healed: the script found the key without a TTL and restored one.
 	Healed bool
+
+	// Headers: the request asked for the RateLimit header fields, which
+	// the reply renders from this outcome and Shape, the limit it was
+	// decided under (headers.go); Shape is nil when the limits were not
+	// resolved.
+	Headers bool
+	Shape   limits.Shape
 }
 
 // Failed reports whether the request ended in an error reply.
@@ -70,6 +80,7 @@ func (o *Outcome) AppendReply(dst, id []byte) []byte {
 	case protocol.OpPeek:
 		return protocol.AppendPeek(dst, id, protocol.PeekReply{
 			Limit: o.Limit, Used: o.Used, Remaining: o.Remaining, ResetMS: o.ResetMS,
+			Headers: o.headerFields(),
 		})
 	case protocol.OpRelease:
 		return protocol.AppendRelease(dst, id, protocol.ReleaseReply{
@@ -80,6 +91,7 @@ func (o *Outcome) AppendReply(dst, id []byte) []byte {
 		Allowed: o.Allowed, Replay: o.Replay, Limit: o.Limit, Used: o.Used, Remaining: o.Remaining,
 		ResetMS: o.ResetMS, RetryAfterMS: o.RetryAfterMS, LeaseMS: o.LeaseMS,
 		Degraded: o.Degraded, Shadow: o.Shadow, ShadowAllowed: o.ShadowAllowed,
+		Headers: o.headerFields(),
 	})
 }
 

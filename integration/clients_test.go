@@ -246,27 +246,36 @@ const typescriptVersion = "5.9.3"
 // npm into $HOME/.cache/quotad-test once. A failed install fails the test.
 func typescript(t *testing.T) string {
 	t.Helper()
+	return filepath.Join(npmCached(t, "typescript", typescriptVersion), "node_modules", "typescript", "bin", "tsc")
+}
+
+// npmCached installs the npm package name@version into its own directory
+// under $HOME/.cache/quotad-test once, and returns that directory (its
+// node_modules holds the package). A failed install fails the test: a
+// tool the tests need is never silently left out.
+func npmCached(t *testing.T, name, version string) string {
+	t.Helper()
 	home, err := os.UserHomeDir()
 	if err != nil {
-		t.Fatalf("no home directory for the typescript cache: %v", err)
+		t.Fatalf("no home directory for the %s cache: %v", name, err)
 	}
-	cache := filepath.Join(home, ".cache", "quotad-test", "typescript-"+typescriptVersion)
-	tsc := filepath.Join(cache, "node_modules", "typescript", "bin", "tsc")
-	if fileExists(tsc) {
-		return tsc
+	cache := filepath.Join(home, ".cache", "quotad-test", name+"-"+version)
+	pkg := filepath.Join(cache, "node_modules", name, "package.json")
+	if fileExists(pkg) {
+		return cache
 	}
 	// Install next to the cache and rename into place, so an interrupted
 	// install is never taken for a finished one.
-	tmp, err := os.MkdirTemp(filepath.Dir(mkdirAll(t, cache)), "typescript-install")
+	tmp, err := os.MkdirTemp(filepath.Dir(mkdirAll(t, cache)), name+"-install")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(tmp)
-	run(t, tmp, cleanEnv(), 3*cliTimeout, lookPath(t, "npm"), "install", "--no-audit", "--no-fund", "--prefix", tmp, "typescript@"+typescriptVersion)
-	if err := os.Rename(tmp, cache); err != nil && !fileExists(tsc) {
-		t.Fatalf("install typescript into %s: %v", cache, err)
+	run(t, tmp, cleanEnv(), 3*cliTimeout, lookPath(t, "npm"), "install", "--no-audit", "--no-fund", "--prefix", tmp, name+"@"+version)
+	if err := os.Rename(tmp, cache); err != nil && !fileExists(pkg) {
+		t.Fatalf("install %s into %s: %v", name, cache, err)
 	}
-	return tsc
+	return cache
 }
 
 func mkdirAll(t *testing.T, path string) string {

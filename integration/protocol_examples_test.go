@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -156,7 +159,9 @@ func objectKeys(line string) ([]string, error) {
 // compareReply lists how got differs from the example's expected reply.
 // Every field must be equal, in the documented order, except: message is
 // for people (present and non-empty when expected), version is any string,
-// and a time that is non-zero in the example may be anything in 1..60000.
+// and a time that is non-zero in the example may be anything in 1..60000
+// (milliseconds), or in the header fields (a t= parameter, Retry-After)
+// anything in 1..60 (seconds).
 func compareReply(t *testing.T, want string, got reply) []string {
 	t.Helper()
 	exp, err := parseReply(want)
@@ -198,10 +203,51 @@ func compareReply(t *testing.T, want string, got reply) []string {
 			case en != "0" && (av < 1 || av > 60000):
 				diffs = append(diffs, fmt.Sprintf("%s %d, want 1..60000", k, av))
 			}
+		case "headers":
+			diffs = append(diffs, compareHeaders(e, a)...)
 		default:
 			if !reflect.DeepEqual(e, a) {
 				diffs = append(diffs, fmt.Sprintf("%s %v, want %v", k, a, e))
 			}
+		}
+	}
+	return diffs
+}
+
+// headerSeconds is a time in a header field value: a t= parameter, or a
+// whole Retry-After value.
+var headerSeconds = regexp.MustCompile(`(;t=|^)([0-9]+)(,|;|$)`)
+
+// compareHeaders compares a reply's headers field with the example's: the
+// same field names, and values equal but for their times, where a
+// non-zero one in the example matches any from 1 to 60.
+func compareHeaders(want, got any) []string {
+	w, ok1 := want.(map[string]any)
+	g, ok2 := got.(map[string]any)
+	if !ok1 || !ok2 {
+		return []string{fmt.Sprintf("headers %v, want %v", got, want)}
+	}
+	var diffs []string
+	if !slices.Equal(slices.Sorted(maps.Keys(w)), slices.Sorted(maps.Keys(g))) {
+		diffs = append(diffs, fmt.Sprintf("header fields %v, want %v", slices.Sorted(maps.Keys(g)), slices.Sorted(maps.Keys(w))))
+	}
+	for name, wv := range w {
+		ws, _ := wv.(string)
+		gs, ok := g[name].(string)
+		if !ok {
+			continue
+		}
+		wn, gn := headerSeconds.FindAllStringSubmatch(ws, -1), headerSeconds.FindAllStringSubmatch(gs, -1)
+		same := len(wn) == len(gn) &&
+			headerSeconds.ReplaceAllString(ws, "${1}*${3}") == headerSeconds.ReplaceAllString(gs, "${1}*${3}")
+		for i := 0; same && i < len(wn); i++ {
+			n, _ := strconv.Atoi(gn[i][2])
+			if wn[i][2] == "0" && n != 0 || wn[i][2] != "0" && (n < 1 || n > 60) {
+				same = false
+			}
+		}
+		if !same {
+			diffs = append(diffs, fmt.Sprintf("header %s %q, want %q (times 1..60 where not 0)", name, gs, ws))
 		}
 	}
 	return diffs
@@ -273,6 +319,29 @@ func TestCompareReplyCatchesDifferences(t *testing.T) {
 		}
 		if diffs := compareReply(t, want, got); len(diffs) != tc.diffs {
 			t.Errorf("%s: %d differences %q, want %d", tc.got, len(diffs), diffs, tc.diffs)
+		}
+	}
+	const wantHeaders = `{"ok":true,"limit":5,"used":5,"remaining":0,"reset_ms":60000,` +
+		`"headers":{"RateLimit-Policy":"\"api\";q=5;w=60","RateLimit":"\"api\";r=0;t=60","Retry-After":"60"}}`
+	for got, n := range map[string]int{
+		wantHeaders: 0,
+		`{"ok":true,"limit":5,"used":5,"remaining":0,"reset_ms":60000,` +
+			`"headers":{"RateLimit-Policy":"\"api\";q=5;w=60","RateLimit":"\"api\";r=0;t=1","Retry-After":"59"}}`: 0,
+		`{"ok":true,"limit":5,"used":5,"remaining":0,"reset_ms":60000,` +
+			`"headers":{"RateLimit-Policy":"\"api\";q=5;w=61","RateLimit":"\"api\";r=0;t=60","Retry-After":"60"}}`: 1,
+		`{"ok":true,"limit":5,"used":5,"remaining":0,"reset_ms":60000,` +
+			`"headers":{"RateLimit-Policy":"\"api\";q=5;w=60","RateLimit":"\"api\";r=1;t=60","Retry-After":"60"}}`: 1,
+		`{"ok":true,"limit":5,"used":5,"remaining":0,"reset_ms":60000,` +
+			`"headers":{"RateLimit-Policy":"\"api\";q=5;w=60","RateLimit":"\"api\";r=0;t=0","Retry-After":"61"}}`: 2,
+		`{"ok":true,"limit":5,"used":5,"remaining":0,"reset_ms":60000,` +
+			`"headers":{"RateLimit-Policy":"\"api\";q=5;w=60","RateLimit":"\"api\";r=0;t=60"}}`: 1,
+	} {
+		r, err := parseReply(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diffs := compareReply(t, wantHeaders, r); len(diffs) != n {
+			t.Errorf("%s: %d differences %q, want %d", got, len(diffs), diffs, n)
 		}
 	}
 	const wantErr = `{"ok":false,"error":"CONFLICT","message":"request_id was accepted with cost 2"}`

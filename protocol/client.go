@@ -38,6 +38,9 @@ type Reply struct {
 	Shadow        bool   `json:"shadow"`
 	ShadowAllowed bool   `json:"shadow_allowed"`
 	Ready         bool   `json:"ready"`
+	// Headers: the RateLimit header fields of a take or peek that asked
+	// for them, by field name; nil otherwise.
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 // Err returns the reply's error as an *Error, or nil for an ok reply.

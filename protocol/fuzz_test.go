@@ -18,7 +18,7 @@ import (
 
 // knownKeys are the request fields Decode reads.
 var knownKeys = []string{"id", "op", "subject", "policy", "limit", "window_ms", "cost", "request_id", "timeout_ms",
-	"algorithm", "rate", "period_ms", "burst", "lease_ms"}
+	"algorithm", "rate", "period_ms", "burst", "lease_ms", "headers"}
 
 // plainKeys reports whether encoding/json reads the same fields from line
 // as Decode should: every top-level key appears once, and none is a
@@ -165,6 +165,7 @@ func FuzzDecode(f *testing.F) {
 			Subject   string          `json:"subject"`
 			Policy    string          `json:"policy"`
 			RequestID string          `json:"request_id"`
+			Headers   bool            `json:"headers"`
 		}
 		if err := json.Unmarshal(line, &std); err != nil {
 			t.Fatalf("Decode accepted %q; encoding/json: %v", line, err)
@@ -173,7 +174,7 @@ func FuzzDecode(f *testing.F) {
 			std.ID = nil
 		}
 		if string(std.ID) != string(r.ID) || std.Op != r.Op.String() || std.Subject != r.Subject ||
-			std.Policy != r.Policy || std.RequestID != r.RequestID {
+			std.Policy != r.Policy || std.RequestID != r.RequestID || std.Headers != r.Headers {
 			t.Fatalf("Decode(%q) = id %s op %q subject %q policy %q request_id %q\nencoding/json: id %s op %q subject %q policy %q request_id %q",
 				line, r.ID, r.Op, r.Subject, r.Policy, r.RequestID, std.ID, std.Op, std.Subject, std.Policy, std.RequestID)
 		}

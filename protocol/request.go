@@ -65,9 +65,12 @@ type Request struct {
 	PeriodMS  int64
 	Burst     int64
 	LeaseMS   int64
+	// Headers: the reply of a take or peek carries the RateLimit header
+	// fields of its decision (headers.go).
+	Headers bool
 }
 
-type field uint16
+type field uint32
 
 const (
 	fieldID field = 1 << iota
@@ -84,6 +87,7 @@ const (
 	fieldPeriodMS
 	fieldBurst
 	fieldLeaseMS
+	fieldHeaders
 )
 
 // HasInline reports whether the request gave inline limits, of any
@@ -157,6 +161,9 @@ func (r *Request) validate() error {
 		if r.fields&fieldRequestID != 0 && !validRequestID(r.RequestID) {
 			return invalid("request_id must be 1 to 64 of A-Z a-z 0-9 _ -")
 		}
+	}
+	if r.Op == OpRelease && r.Headers {
+		return invalid("headers is for take and peek: a release decides no quota")
 	}
 	if r.Op == OpRelease {
 		if err := r.validateRelease(); err != nil {
@@ -319,6 +326,8 @@ func fieldOf(key []byte) field {
 		return fieldBurst
 	case "lease_ms":
 		return fieldLeaseMS
+	case "headers":
+		return fieldHeaders
 	}
 	return 0
 }
@@ -421,6 +430,8 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		return d.intValue("burst", &r.Burst)
 	case fieldLeaseMS:
 		return d.intValue("lease_ms", &r.LeaseMS)
+	case fieldHeaders:
+		return d.boolValue("headers", &r.Headers)
 	}
 	return nil
 }
@@ -510,6 +521,22 @@ func (d *decoder) intValue(name string, dst *int64) error {
 		n = -n
 	}
 	*dst = n
+	return nil
+}
+
+// boolValue accepts true or false only.
+func (d *decoder) boolValue(name string, dst *bool) error {
+	for _, lit := range [...]string{"true", "false"} {
+		if len(d.data)-d.pos >= len(lit) && string(d.data[d.pos:d.pos+len(lit)]) == lit {
+			d.pos += len(lit)
+			*dst = lit == "true"
+			return nil
+		}
+	}
+	if err := d.skip(0); err != nil {
+		return err
+	}
+	d.fail(invalid(name + " must be true or false"))
 	return nil
 }
 

@@ -21,6 +21,7 @@ type want struct {
 	RequestID string
 	TimeoutMS int64
 	Inline    bool
+	Headers   bool
 }
 
 func view(r *protocol.Request) want {
@@ -35,6 +36,7 @@ func view(r *protocol.Request) want {
 		RequestID: r.RequestID,
 		TimeoutMS: r.TimeoutMS,
 		Inline:    r.HasInline(),
+		Headers:   r.Headers,
 	}
 }
 
@@ -65,6 +67,21 @@ func TestDecodeValid(t *testing.T) {
 			name: "peek inline",
 			line: `{"op":"peek","subject":"s","limit":1,"window_ms":1}`,
 			want: want{Op: protocol.OpPeek, Subject: "s", Limit: 1, WindowMS: 1, Cost: 1, Inline: true},
+		},
+		{
+			name: "take asking for the header fields",
+			line: `{"op":"take","subject":"s","policy":"api","headers":true}`,
+			want: want{Op: protocol.OpTake, Subject: "s", Policy: "api", Cost: 1, Headers: true},
+		},
+		{
+			name: "peek with headers false or null: none",
+			line: `{"op":"peek","subject":"s","policy":"api","headers":false}`,
+			want: want{Op: protocol.OpPeek, Subject: "s", Policy: "api", Cost: 1},
+		},
+		{
+			name: "headers null is absent",
+			line: `{"op":"take","subject":"s","policy":"api","headers":null}`,
+			want: want{Op: protocol.OpTake, Subject: "s", Policy: "api", Cost: 1},
 		},
 		{
 			name: "ping",
@@ -243,6 +260,12 @@ func TestDecodeInvalid(t *testing.T) {
 		{"unterminated object", `{"op":"ping"`, ""},
 		{"unterminated after comma", `{"op":"ping",`, ""},
 		{"key without value", `{"op"}`, ""},
+		// The header fields are asked with a boolean, on a take or peek.
+		{"headers a string", take(`,"headers":"true"`), `"t"`},
+		{"headers a number", take(`,"headers":1`), `"t"`},
+		{"headers twice", take(`,"headers":true,"headers":true`), `"t"`},
+		{"headers on a release", `{"id":"t","op":"release","subject":"s","policy":"p","request_id":"r","headers":true}`, `"t"`},
+		{"headers not a literal", take(`,"headers":tru`), `"t"`},
 		{"missing value", `{"op":}`, ""},
 		{"unquoted key", `{op:"ping"}`, ""},
 		{"single quotes", `{'op':'ping'}`, ""},

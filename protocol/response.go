@@ -25,6 +25,8 @@ type TakeReply struct {
 	// Both are written only when Shadow is set.
 	Shadow        bool
 	ShadowAllowed bool
+	// Headers, when not nil, are written as the reply's last field.
+	Headers *HeaderFields
 }
 
 // PeekReply is the answer to a peek.
@@ -33,6 +35,8 @@ type PeekReply struct {
 	Used      int64
 	Remaining int64
 	ResetMS   int64
+	// Headers, when not nil, are written as the reply's last field.
+	Headers *HeaderFields
 }
 
 // PingReply is the answer to a ping.
@@ -72,6 +76,7 @@ func AppendTake(dst, id []byte, r TakeReply) []byte {
 	if r.Degraded {
 		dst = append(dst, `,"degraded":true`...)
 	}
+	dst = appendHeaders(dst, r.Headers)
 	return append(dst, "}\n"...)
 }
 
@@ -82,6 +87,7 @@ func AppendPeek(dst, id []byte, r PeekReply) []byte {
 	dst = appendInt(dst, `,"used":`, r.Used)
 	dst = appendInt(dst, `,"remaining":`, r.Remaining)
 	dst = appendInt(dst, `,"reset_ms":`, r.ResetMS)
+	dst = appendHeaders(dst, r.Headers)
 	return append(dst, "}\n"...)
 }
 

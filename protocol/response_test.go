@@ -107,6 +107,23 @@ func TestAppendReplies(t *testing.T) {
 			keys: []string{"id", "ok", "limit", "used", "remaining", "reset_ms"},
 		},
 		{
+			name: "take with its header fields, denied: the field comes last",
+			line: protocol.AppendTake(nil, nil, protocol.TakeReply{
+				Limit: 1, Used: 1, ResetMS: 500, RetryAfterMS: 500, Degraded: true,
+				Headers: &protocol.HeaderFields{Policy: `"api";q=1;w=1`, RateLimit: `"api";r=0;t=1`, RetryAfter: "1"},
+			}),
+			want: `{"ok":true,"allowed":false,"replay":false,"limit":1,"used":1,"remaining":0,"reset_ms":500,"retry_after_ms":500,"degraded":true,` +
+				`"headers":{"RateLimit-Policy":"\"api\";q=1;w=1","RateLimit":"\"api\";r=0;t=1","Retry-After":"1"}}`,
+			keys: []string{"ok", "allowed", "replay", "limit", "used", "remaining", "reset_ms", "retry_after_ms", "degraded", "headers"},
+		},
+		{
+			name: "peek with its header fields, RateLimit left out",
+			line: protocol.AppendPeek(nil, []byte("1"), protocol.PeekReply{Limit: 3, Remaining: 3,
+				Headers: &protocol.HeaderFields{Policy: `"inline";q=3`}}),
+			want: `{"id":1,"ok":true,"limit":3,"used":0,"remaining":3,"reset_ms":0,"headers":{"RateLimit-Policy":"\"inline\";q=3"}}`,
+			keys: []string{"id", "ok", "limit", "used", "remaining", "reset_ms", "headers"},
+		},
+		{
 			name: "ping, documented example",
 			line: protocol.AppendPing(nil, nil, protocol.PingReply{Store: "redis", RedisOK: true, Version: "v1.0.0", Ready: true}),
 			want: `{"ok":true,"store":"redis","redis_ok":true,"version":"v1.0.0","ready":true}`,

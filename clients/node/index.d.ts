@@ -28,14 +28,20 @@ export interface CallOptions {
   timeoutMs?: number;
 }
 
-export interface TakeOptions extends Address, CallOptions {
+/** Asks a take or peek for its reply's RateLimit header fields. */
+export interface HeadersOption {
+  /** true adds the reply's headers field; false or absent sends nothing. */
+  headers?: boolean;
+}
+
+export interface TakeOptions extends Address, CallOptions, HeadersOption {
   /** Units to take; default 1. */
   cost?: number;
   /** Idempotency key; also what makes a take safe to resend after a lost connection. */
   request_id?: string;
 }
 
-export type PeekOptions = Address & CallOptions;
+export type PeekOptions = Address & CallOptions & HeadersOption;
 
 export interface ReleaseOptions extends CallOptions {
   policy?: string;
@@ -48,6 +54,17 @@ export interface ReleaseOptions extends CallOptions {
 export interface ClientOptions {
   /** Milliseconds each call may take by default (5000); 0 means no limit. */
   timeoutMs?: number;
+}
+
+/**
+ * The IETF RateLimit header fields of a decision, by field name: values to
+ * copy into an HTTP response as they are. RateLimit is absent from a degraded
+ * answer, Retry-After from all but a denied take.
+ */
+export interface RateLimitHeaders {
+  'RateLimit-Policy'?: string;
+  RateLimit?: string;
+  'Retry-After'?: string;
 }
 
 export interface TakeReply {
@@ -66,6 +83,8 @@ export interface TakeReply {
   shadow_allowed?: boolean;
   /** Only when Redis could not decide and the policy's on_unavailable did. */
   degraded?: true;
+  /** Only when asked with { headers: true }. */
+  headers?: RateLimitHeaders;
 }
 
 export interface PeekReply {
@@ -74,6 +93,8 @@ export interface PeekReply {
   used: number;
   remaining: number;
   reset_ms: number;
+  /** Only when asked with { headers: true }. */
+  headers?: RateLimitHeaders;
 }
 
 export interface ReleaseReply {
@@ -138,6 +159,9 @@ export declare class Timeout extends ConnectionError {
 export declare class OutcomeUnknown extends QuotadError {
   constructor(message: string, reply?: ErrorReply | null);
 }
+
+/** The reply's header fields as a new object; empty when it has none. */
+export declare function rateLimitHeaders(reply: TakeReply | PeekReply | RawReply): Record<string, string>;
 
 /** The error class instance for an error reply. */
 export declare function errorFromReply(reply: ErrorReply): QuotadError;

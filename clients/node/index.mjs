@@ -126,8 +126,8 @@ export function errorFromReply(reply) {
 
 const ADDRESS = ['policy', 'limit', 'window_ms', 'algorithm', 'rate', 'period_ms', 'burst', 'lease_ms', 'timeout_ms'];
 const OPTIONS = {
-  take: [...ADDRESS, 'cost', 'request_id', 'timeoutMs'],
-  peek: [...ADDRESS, 'timeoutMs'],
+  take: [...ADDRESS, 'cost', 'request_id', 'headers', 'timeoutMs'],
+  peek: [...ADDRESS, 'headers', 'timeoutMs'],
   release: ['policy', 'limit', 'algorithm', 'lease_ms', 'timeout_ms', 'timeoutMs'],
   ping: ['timeoutMs'],
   call: ['timeoutMs'],
@@ -146,6 +146,10 @@ function checkOptions(what, options) {
       throw new TypeError(`quotad: unknown option "${name}" for ${what}; known: ${known.join(', ')}`);
     }
   }
+  const h = options.headers;
+  if (h !== undefined && h !== null && typeof h !== 'boolean') {
+    throw new TypeError(`quotad: headers must be true or false, not ${h}`);
+  }
   const t = options.timeoutMs;
   if (t !== undefined && t !== null && !(Number.isFinite(t) && t > 0)) {
     throw new TypeError(`quotad: timeoutMs must be a positive number of milliseconds, not ${t}`);
@@ -155,9 +159,21 @@ function checkOptions(what, options) {
 function buildRequest(op, fields) {
   const req = { op };
   for (const [k, v] of Object.entries(fields)) {
-    if (v !== undefined && v !== null && k !== 'timeoutMs') req[k] = v;
+    // headers: false asks for nothing, so the request goes as without it.
+    if (v !== undefined && v !== null && k !== 'timeoutMs' && !(k === 'headers' && v === false)) req[k] = v;
   }
   return req;
+}
+
+// The HTTP header fields of a take or peek reply asked with { headers: true },
+// as a new object to merge into a response's headers: RateLimit-Policy,
+// RateLimit and, on a denial, Retry-After. Empty when the reply has none (the
+// request did not ask, or it is not a take or peek); nothing is computed
+// here, the sidecar renders every value.
+export function rateLimitHeaders(reply) {
+  const h = reply !== null && typeof reply === 'object' ? reply.headers : undefined;
+  if (h === null || typeof h !== 'object' || Array.isArray(h)) return {};
+  return Object.fromEntries(Object.entries(h).map(([k, v]) => [k, String(v)]));
 }
 
 const LOST = Symbol('lost'); // an entry's result: the connection failed first
@@ -430,7 +446,8 @@ export class Client {
   // { algorithm: 'sliding_window', limit, window_ms }. A
   // request_id makes the take safe to retry, and lets the client resend it
   // after a lost connection. timeout_ms shortens the sidecar's Redis
-  // deadline; timeoutMs bounds this call here.
+  // deadline; timeoutMs bounds this call here. { headers: true } adds the
+  // reply's RateLimit header fields (see rateLimitHeaders).
   async take(subject, options = {}) {
     checkOptions('take', options);
     const { cost = 1, ...rest } = options;

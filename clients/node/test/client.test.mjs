@@ -159,6 +159,28 @@ test('sliding window', async () => {
   await q.close();
 });
 
+test('RateLimit header fields', async () => {
+  const q = await quotad.Client.connect(SOCKET);
+  const s = `${PREFIX}-headers`;
+  const bucket = { algorithm: 'token_bucket', rate: 1, period_ms: 10000, burst: 2 };
+  const secs = (ms) => Math.ceil(ms / 1000);
+  assert.deepEqual(quotad.rateLimitHeaders(await q.take(s, { ...bucket, headers: false })), {});
+  const r = await q.take(s, { ...bucket, headers: true });
+  assert.equal(r.allowed, true);
+  assert.deepEqual(quotad.rateLimitHeaders(r), {
+    'RateLimit-Policy': '"inline";q=2;w=20',
+    RateLimit: `"inline";r=0;t=${secs(r.reset_ms)}`,
+  });
+  const d = await q.take(s, { ...bucket, headers: true });
+  assert.equal(d.allowed, false);
+  assert.equal(quotad.rateLimitHeaders(d)['Retry-After'], String(secs(d.retry_after_ms)));
+  const p = await q.peek(s, { ...bucket, headers: true });
+  assert.equal(quotad.rateLimitHeaders(p).RateLimit, `"inline";r=${p.remaining};t=${secs(p.reset_ms)}`);
+  await assert.rejects(q.take(s, { ...bucket, headers: 'yes' }), TypeError);
+  assert.deepEqual(quotad.rateLimitHeaders({ ok: true }), {});
+  await q.close();
+});
+
 test('unknown option names are a TypeError', async () => {
   const q = await quotad.Client.connect(SOCKET);
   const s = `${PREFIX}-kw`;

@@ -1,6 +1,6 @@
 // Compiled with tsc --noEmit --strict by the tests: the declarations must
 // describe the API as the README uses it.
-import { Client, Conflict, OutcomeUnknown, QuotadError, type TakeReply } from 'quotad';
+import { Client, Conflict, OutcomeUnknown, QuotadError, rateLimitHeaders, type TakeReply } from 'quotad';
 
 async function main(): Promise<void> {
   const q: Client = await Client.connect('./quotad.sock', { timeoutMs: 2000 });
@@ -9,6 +9,9 @@ async function main(): Promise<void> {
   const lease: number | undefined = r.lease_ms;
   const p = await q.peek('alice', { limit: 5, window_ms: 60000, timeoutMs: 100 });
   const sw: TakeReply = await q.take('carol', { algorithm: 'sliding_window', limit: 100, window_ms: 60000 });
+  const h: Record<string, string> = rateLimitHeaders(await q.take('alice', { policy: 'api', headers: true }));
+  const policyField: string | undefined = (await q.peek('alice', { policy: 'api', headers: true })).headers?.['RateLimit-Policy'];
+  console.log(h, policyField);
   const rel = await q.release('jobs', 'job-1', { algorithm: 'concurrency', limit: 2, lease_ms: 30000 });
   const released: boolean = rel.released;
   const ping = await q.ping();

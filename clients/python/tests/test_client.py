@@ -239,6 +239,29 @@ class ErrorsTest(unittest.TestCase):
         self.assertFalse(r["allowed"])
         self.assertGreater(r["retry_after_ms"], 0)
 
+    def test_rate_limit_headers(self) -> None:
+        s = f"{PREFIX}-headers"
+        self.assertEqual(quotad.rate_limit_headers(self.q.take(s, limit=1, window_ms=60000)), {})
+        r = self.q.take(s, limit=1, window_ms=60000, headers=True)
+        self.assertFalse(r["allowed"])
+        h = quotad.rate_limit_headers(r)
+        t = (r["reset_ms"] + 999) // 1000
+        self.assertEqual(h, {"RateLimit-Policy": '"inline";q=1;w=60', "RateLimit": f'"inline";r=0;t={t}',
+                             "Retry-After": str((r["retry_after_ms"] + 999) // 1000)})
+        p = self.q.peek(s, limit=1, window_ms=60000, headers=True)
+        self.assertEqual(set(quotad.rate_limit_headers(p)), {"RateLimit-Policy", "RateLimit"})
+
+        async def main() -> None:
+            async with quotad.AsyncClient(SOCKET) as q:
+                r = await q.take(f"{s}-async", limit=2, window_ms=60000, headers=True)
+                self.assertTrue(r["allowed"])
+                self.assertEqual(quotad.rate_limit_headers(r)["RateLimit"],
+                                 f'"inline";r=1;t={(r["reset_ms"] + 999) // 1000}')
+                p = await q.peek(f"{s}-async", limit=2, window_ms=60000, headers=True)
+                self.assertNotIn("Retry-After", quotad.rate_limit_headers(p))
+
+        asyncio.run(main())
+
     def test_release(self) -> None:
         s = f"{PREFIX}-lease"
         jobs: Dict[str, Any] = dict(algorithm="concurrency", limit=1, lease_ms=30000)

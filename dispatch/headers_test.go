@@ -48,6 +48,12 @@ func TestHeaderFieldsRender(t *testing.T) {
 			want: protocol.HeaderFields{Policy: `"inline";q=2;w=1`, RateLimit: `"inline";r=1;t=1`},
 		},
 		{
+			name: "sliding window allowed: q the limit per w, t until the use has slid out",
+			o: Outcome{Op: protocol.OpTake, Policy: "api", Shape: limits.Sliding{Limit: 100, WindowMS: 60000}, Allowed: true,
+				Limit: 100, Used: 30, Remaining: 70, ResetMS: 90500},
+			want: protocol.HeaderFields{Policy: `"api";q=100;w=60`, RateLimit: `"api";r=70;t=91`},
+		},
+		{
 			name: "token bucket allowed: q burst, w the refill of the burst, t until full",
 			o: Outcome{Op: protocol.OpTake, Policy: "burst", Shape: bucket, Allowed: true,
 				Limit: 25, Used: 5, Remaining: 20, ResetMS: 500},

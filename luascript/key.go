@@ -6,6 +6,8 @@ package luascript
 //	<prefix>fw:{i:<subject>}            window of an inline limit
 //	<prefix>tb:{p:<policy>:<subject>}   token bucket, likewise
 //	<prefix>cc:{p:<policy>:<subject>}   concurrency leases, likewise
+//	<prefix>cal:{p:<policy>:<subject>}:<start ms>
+//	                                    calendar window of the period starting then
 //
 // The p:/i: marker keeps named and inline windows apart. Policy names are
 // [A-Za-z0-9_.-]{1,64} with no colon, so the first colon after "p:" ends the
@@ -44,6 +46,16 @@ func ConcurrencyKey(prefix, policy, subject string) string {
 	return prefix + "cc:{p:" + policy + ":" + subject + "}"
 }
 
+// CalendarKey is the part of the calendar windows' keys of (policy,
+// subject) that every period shares, laid out as FixedWindowKey; each
+// period's window is CalendarPeriodKey of it.
+func CalendarKey(prefix, policy, subject string) string {
+	if policy == "" {
+		return prefix + "cal:{i:" + subject + "}"
+	}
+	return prefix + "cal:{p:" + policy + ":" + subject + "}"
+}
+
 // Layout is how one algorithm's keys look in Redis, for tools that read
 // them (quotad doctor) rather than decide.
 type Layout struct {
@@ -68,6 +80,8 @@ var Layouts = []Layout{
 	// Six state fields; each record also has a q:<n> queue entry.
 	{Tag: "tb", Algorithm: "token_bucket", IDMatch: "r:*", Fixed: 6},
 	{Tag: "cc", Algorithm: "concurrency"},
+	// used, policy and ids; the key's last part names its period.
+	{Tag: "cal", Algorithm: "calendar", IDMatch: "r:*", Fixed: 3},
 }
 
 // LayoutOf returns the layout whose Tag is tag.

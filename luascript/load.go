@@ -19,6 +19,7 @@ var scripts = []*script{
 	fixedWindowTake, fixedWindowPeek,
 	tokenBucketTake, tokenBucketPeek,
 	concurrencyTake, concurrencyPeek, concurrencyRelease,
+	calendarTake, calendarPeek,
 }
 
 // sources are the scripts' texts, prelude included, as Redis holds them.

@@ -40,6 +40,7 @@ var algorithms = map[string]Algorithm{
 	limits.FixedWindow: fixedWindow{},
 	limits.TokenBucket: tokenBucket{},
 	limits.Concurrency: concurrency{},
+	limits.Calendar:    calendar{},
 }
 
 // Limit is what a request is decided against once its policy (or inline

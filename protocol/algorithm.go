@@ -13,13 +13,14 @@ const (
 	AlgorithmFixedWindow = limits.FixedWindow
 	AlgorithmTokenBucket = limits.TokenBucket
 	AlgorithmConcurrency = limits.Concurrency
+	AlgorithmCalendar    = limits.Calendar
 )
 
 // MaxLeases bounds a concurrency limit (limits.MaxLeases).
 const MaxLeases = limits.MaxLeases
 
 // algorithmFields are the inline fields beyond limit and window_ms.
-const algorithmFields = fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst | fieldLeaseMS
+const algorithmFields = fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst | fieldLeaseMS | calendarFields
 
 // inline fields each algorithm accepts; any other inline field is INVALID,
 // so a field meant for another algorithm is never silently ignored.
@@ -27,6 +28,7 @@ var algorithmInline = map[string]field{
 	AlgorithmFixedWindow: fieldAlgorithm | fieldLimit | fieldWindowMS,
 	AlgorithmTokenBucket: fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst,
 	AlgorithmConcurrency: fieldAlgorithm | fieldLimit | fieldLeaseMS,
+	AlgorithmCalendar:    fieldAlgorithm | fieldLimit | calendarFields,
 }
 
 // validateAlgorithm checks the inline form of a request that gave an
@@ -41,7 +43,7 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 	}
 	allowed, ok := algorithmInline[algo]
 	if !ok {
-		return invalid("unknown algorithm " + strconv.Quote(algo) + ": one of fixed_window, token_bucket, concurrency")
+		return invalid("unknown algorithm " + strconv.Quote(algo) + ": one of fixed_window, token_bucket, concurrency, calendar")
 	}
 	inline := fieldLimit | fieldWindowMS | algorithmFields
 	if extra := r.fields & inline &^ allowed; extra != 0 {
@@ -66,6 +68,8 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 			return invalid("concurrency needs limit and lease_ms")
 		}
 		return invalidShape(limits.CheckConcurrency(r.Limit, r.LeaseMS))
+	case AlgorithmCalendar:
+		return r.validateCalendar()
 	}
 	return nil
 }
@@ -113,6 +117,7 @@ func fieldName(f field) string {
 	}{
 		{fieldLimit, "limit"}, {fieldWindowMS, "window_ms"}, {fieldAlgorithm, "algorithm"}, {fieldRate, "rate"},
 		{fieldPeriodMS, "period_ms"}, {fieldBurst, "burst"}, {fieldLeaseMS, "lease_ms"},
+		{fieldPeriod, "period"}, {fieldTimeZone, "time_zone"}, {fieldWeekStart, "week_start"}, {fieldJitterMS, "jitter_ms"},
 	} {
 		if f&n.f != 0 {
 			return n.name
@@ -132,6 +137,8 @@ func (r *Request) InlineShape() limits.Shape {
 		return limits.Bucket{Rate: r.Rate, PeriodMS: r.PeriodMS, Burst: r.Burst}
 	case AlgorithmConcurrency:
 		return limits.Leases{Limit: r.Limit, LeaseMS: r.LeaseMS}
+	case AlgorithmCalendar:
+		return r.calendarShape()
 	}
 	return limits.Window{Limit: r.Limit, WindowMS: r.WindowMS}
 }

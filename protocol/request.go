@@ -65,9 +65,15 @@ type Request struct {
 	PeriodMS  int64
 	Burst     int64
 	LeaseMS   int64
+	// Inline limits of a calendar window (calendar.go): TimeZone and
+	// WeekStart are "" when absent, which mean UTC and monday.
+	Period    string
+	TimeZone  string
+	WeekStart string
+	JitterMS  int64
 }
 
-type field uint16
+type field uint32
 
 const (
 	fieldID field = 1 << iota
@@ -84,6 +90,10 @@ const (
 	fieldPeriodMS
 	fieldBurst
 	fieldLeaseMS
+	fieldPeriod
+	fieldTimeZone
+	fieldWeekStart
+	fieldJitterMS
 )
 
 // HasInline reports whether the request gave inline limits, of any
@@ -319,6 +329,14 @@ func fieldOf(key []byte) field {
 		return fieldBurst
 	case "lease_ms":
 		return fieldLeaseMS
+	case "period":
+		return fieldPeriod
+	case "time_zone":
+		return fieldTimeZone
+	case "week_start":
+		return fieldWeekStart
+	case "jitter_ms":
+		return fieldJitterMS
 	}
 	return 0
 }
@@ -421,6 +439,20 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		return d.intValue("burst", &r.Burst)
 	case fieldLeaseMS:
 		return d.intValue("lease_ms", &r.LeaseMS)
+	case fieldPeriod:
+		s, _, err := d.stringValue("period")
+		r.Period = s
+		return err
+	case fieldTimeZone:
+		s, _, err := d.stringValue("time_zone")
+		r.TimeZone = s
+		return err
+	case fieldWeekStart:
+		s, _, err := d.stringValue("week_start")
+		r.WeekStart = s
+		return err
+	case fieldJitterMS:
+		return d.intValue("jitter_ms", &r.JitterMS)
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ var (
 // CodeClockSkew starts the reply of a calendar script that found Redis's
 // clock outside the three periods the caller computed around its own: the
 // caller's clock is more than a period away from Redis's. Nothing was
-// written.
+// written. It is an *Error: Redis answered, and is healthy.
 const CodeClockSkew = "CLOCK_SKEW"
 
 // maxPeriodMS bounds a calendar period, as the scripts do: a month of 31
@@ -100,8 +100,7 @@ type CalendarResult struct {
 
 // CalendarTake makes one atomic decision on the calendar window of the
 // period holding Redis's clock. A denial writes nothing. Errors are as
-// for FixedWindowTake, and a CLOCK_SKEW reply is an error that is not an
-// *Error.
+// for FixedWindowTake, plus an *Error of CodeClockSkew.
 func CalendarTake(ctx context.Context, c rueidis.Client, a CalendarArgs) (CalendarResult, error) {
 	call, err := CalendarTakeCall(a)
 	if err != nil {

@@ -190,7 +190,7 @@ func TestCalendarRedisClockDecides(t *testing.T) {
 		t.Fatalf("%s = %v, want both takes counted in Redis's hour", want, m)
 	}
 	_, err := luascript.CalendarTake(t.Context(), e.c, e.cal(hour, "u", now.Add(-3*time.Hour), 1, ""))
-	if err == nil || !strings.Contains(err.Error(), luascript.CodeClockSkew) {
+	if le := (*luascript.Error)(nil); !errors.As(err, &le) || le.Code != luascript.CodeClockSkew {
 		t.Fatalf("take three hours behind = %v, want %s", err, luascript.CodeClockSkew)
 	}
 	if keys, _ := e.do("KEYS", e.prefix+"*").AsStrSlice(); len(keys) != 1 {

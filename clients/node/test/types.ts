@@ -8,6 +8,9 @@ async function main(): Promise<void> {
   const used: number = r.used;
   const lease: number | undefined = r.lease_ms;
   const p = await q.peek('alice', { limit: 5, window_ms: 60000, timeoutMs: 100 });
+  const daily: TakeReply = await q.take('alice', { algorithm: 'calendar', limit: 1000, period: 'day', time_zone: 'Asia/Shanghai' });
+  const weekly = await q.peek('alice', { algorithm: 'calendar', limit: 9, period: 'week', week_start: 'sunday', jitter_ms: 60000 });
+  const resets: number = daily.reset_ms + weekly.reset_ms;
   const rel = await q.release('jobs', 'job-1', { algorithm: 'concurrency', limit: 2, lease_ms: 30000 });
   const released: boolean = rel.released;
   const ping = await q.ping();

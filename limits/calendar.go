@@ -4,6 +4,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	// The zone database is in the binary, so a zone name means the same
@@ -128,6 +129,16 @@ const maxZoneBytes = 64
 // are kept, so the cache holds at most the database's few hundred zones.
 var zones sync.Map // string -> *time.Location
 
+// badZones remembers up to maxBadZones names that did not load, so a
+// client repeating a bad name costs a map lookup, not a search of the zone
+// database (tens of µs) per request.
+var (
+	badZones     sync.Map // string -> struct{}
+	badZoneCount atomic.Int64
+)
+
+const maxBadZones = 1024
+
 // LoadZone returns the location of an IANA zone name ("Asia/Shanghai",
 // "UTC"), from a cache after the first time. "" and "Local" are refused:
 // a limit must mean the same on every machine.
@@ -140,6 +151,9 @@ func LoadZone(name string) (*time.Location, error) {
 	if name == "" || name == "Local" || len(name) > maxZoneBytes {
 		return nil, bad
 	}
+	if _, known := badZones.Load(name); known {
+		return nil, bad
+	}
 	for i := 0; i < len(name); i++ {
 		// The characters of IANA names; also keeps ':' out of Spec.
 		switch c := name[i]; {
@@ -150,6 +164,9 @@ func LoadZone(name string) (*time.Location, error) {
 	}
 	l, err := time.LoadLocation(name)
 	if err != nil {
+		if badZoneCount.Add(1) <= maxBadZones {
+			badZones.Store(name, struct{}{})
+		}
 		return nil, bad
 	}
 	zones.Store(name, l)

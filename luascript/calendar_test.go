@@ -352,3 +352,65 @@ func TestCalendarKey(t *testing.T) {
 		t.Fatalf("layout of cal = %+v, %v", l, ok)
 	}
 }
+
+// The whole path at instants that matter, on the embedded store, whose
+// clock (TIME) a test may set: the script's reset_ms is the time to the
+// end of the period holding the store's clock, computed independently
+// here with time.Date, across Berlin's changes of clocks, a leap February
+// and a week from Sunday, also when the caller's clock is on the other
+// side of a boundary.
+func TestCalendarAtSetInstants(t *testing.T) {
+	m, c := startMiniredis(t)
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name     string
+		cal      limits.CalendarWindow
+		redis    time.Time     // the store's clock
+		skew     time.Duration // the caller's clock minus the store's
+		end      time.Time     // the period's end, independently
+		startsAt time.Time     // the period's start, which names the key
+	}{
+		{"a 25-hour day, an hour in", limits.CalendarWindow{Period: "day", TimeZone: "Europe/Berlin"},
+			time.Date(2026, 10, 25, 1, 0, 0, 0, berlin), 0,
+			time.Date(2026, 10, 26, 0, 0, 0, 0, berlin), time.Date(2026, 10, 25, 0, 0, 0, 0, berlin)},
+		{"a 23-hour day, before the change", limits.CalendarWindow{Period: "day", TimeZone: "Europe/Berlin"},
+			time.Date(2026, 3, 29, 0, 30, 0, 0, berlin), 0,
+			time.Date(2026, 3, 30, 0, 0, 0, 0, berlin), time.Date(2026, 3, 29, 0, 0, 0, 0, berlin)},
+		{"a 25-hour day, the caller still in the day before", limits.CalendarWindow{Period: "day", TimeZone: "Europe/Berlin"},
+			time.Date(2026, 10, 25, 0, 10, 0, 0, berlin), -20 * time.Minute,
+			time.Date(2026, 10, 26, 0, 0, 0, 0, berlin), time.Date(2026, 10, 25, 0, 0, 0, 0, berlin)},
+		{"the last minutes of a 23-hour day, the caller in the next", limits.CalendarWindow{Period: "day", TimeZone: "Europe/Berlin"},
+			time.Date(2026, 3, 29, 23, 55, 0, 0, berlin), 10 * time.Minute,
+			time.Date(2026, 3, 30, 0, 0, 0, 0, berlin), time.Date(2026, 3, 29, 0, 0, 0, 0, berlin)},
+		{"a leap february", limits.CalendarWindow{Period: "month", TimeZone: "UTC"},
+			time.Date(2028, 2, 1, 0, 0, 0, 0, time.UTC), 0,
+			time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC), time.Date(2028, 2, 1, 0, 0, 0, 0, time.UTC)},
+		{"a week from sunday, on saturday night", limits.CalendarWindow{Period: "week", TimeZone: "UTC", WeekStart: time.Sunday},
+			time.Date(2026, 12, 5, 23, 0, 0, 0, time.UTC), 0,
+			time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := randomPrefix(t)
+			t.Cleanup(func() { redistest.AssertAllKeysHaveTTL(t, c, prefix) })
+			e := &env{t: t, c: c, prefix: prefix}
+			m.SetTime(tc.redis)
+			tc.cal.Limit = 2
+			subject := "u" + string(rune('a'+i))
+			a := e.cal(tc.cal, subject, tc.redis.Add(tc.skew), 2, "")
+			r := e.calTake(a)
+			if want := tc.end.Sub(tc.redis).Milliseconds(); !r.Allowed || r.ResetMS != want {
+				t.Fatalf("take at %v = %+v, want allowed, reset_ms %d (until %v)", tc.redis, r, want, tc.end)
+			}
+			key := luascript.CalendarPeriodKey(a.Key, tc.startsAt.UnixMilli())
+			if m := e.hash(key); m["used"] != "2" {
+				t.Fatalf("%s = %v, want the take counted in the period from %v", key, m, tc.startsAt)
+			}
+			if r := e.calTake(a); r.Allowed || r.ResetMS != tc.end.Sub(tc.redis).Milliseconds() {
+				t.Fatalf("second take = %+v, want denied until %v", r, tc.end)
+			}
+		})
+	}
+}

@@ -88,3 +88,39 @@ func TestCalendarDispatch(t *testing.T) {
 		})
 	}
 }
+
+// Shadow mode, on_unavailable and the metrics' algorithm label work for
+// the calendar through the dispatcher, as for every algorithm.
+func TestCalendarShadowAndUnavailable(t *testing.T) {
+	r := redistest.Start(t)
+	st := openStore(t, r.URL())
+	ts, c := algorithmServer(t, st, `
+policies:
+  trial:
+    algorithm: calendar
+    limit: 1
+    period: month
+    mode: shadow
+  open:
+    algorithm: calendar
+    limit: 1
+    period: day
+    on_unavailable: allow
+`)
+	for i, wantReal := range []bool{true, false} {
+		got := c.call(`{"op":"take","subject":"s","policy":"trial","request_id":"r` + string(rune('0'+i)) + `"}`)
+		if !got.OK || !got.Allowed || !got.Shadow || got.ShadowAllowed != wantReal {
+			t.Fatalf("shadow take %d = %+v, want allowed, shadow_allowed %v", i, got, wantReal)
+		}
+	}
+	if n := metricValue(t, ts.Server, "quotad_decisions_total", map[string]string{"policy": "trial", "algorithm": "calendar", "result": "shadow_denied"}); n != 1 {
+		t.Fatalf("shadow_denied of the calendar policy = %v, want 1", n)
+	}
+	// The keys are checked now: Redis stays down for the rest.
+	redistest.AssertAllKeysHaveTTL(t, r.Client(t), testPrefix)
+	r.Stop(t)
+	waitFor(t, "the store to see redis down", func() bool { return !st.Up() })
+	if got := c.call(`{"op":"take","subject":"s","policy":"open"}`); !got.OK || !got.Allowed || !got.Degraded {
+		t.Fatalf("take with redis down = %+v, want allowed, degraded", got)
+	}
+}

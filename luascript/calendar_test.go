@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"quotad/integration/redistest"
 	"quotad/limits"
 	"quotad/luascript"
@@ -412,5 +414,95 @@ func TestCalendarAtSetInstants(t *testing.T) {
 				t.Fatalf("second take = %+v, want denied until %v", r, tc.end)
 			}
 		})
+	}
+}
+
+// Every refusal of the calendar take leaves the window as it was (a
+// denial included), and the parsers accept only the replies the scripts
+// send.
+func TestCalendarRefusalsWriteNothing(t *testing.T) {
+	e := setup(t)
+	now := e.redisNow()
+	a := e.cal(utcDay, "u", now, 2, "a")
+	a.MaxRequestIDs = 1
+	e.calTake(a)
+	start, _ := utcDay.Bounds(now)
+	key := luascript.CalendarPeriodKey(a.Key, start.UnixMilli())
+	before, ttl := e.hash(key), e.pexpiretime(key)
+	refuse := func(what string, b luascript.CalendarArgs, want error) {
+		t.Helper()
+		if want == nil {
+			if r := e.calTake(b); r.Allowed {
+				t.Fatalf("%s: %+v, want denied", what, r)
+			}
+		} else {
+			e.calTakeErr(b, want)
+		}
+		sameHash(t, what, e.hash(key), before)
+		if got := e.pexpiretime(key); got != ttl {
+			t.Fatalf("%s moved the expiry from %d to %d", what, ttl, got)
+		}
+	}
+	b := a
+	b.Cost = 1
+	refuse("conflict", b, luascript.ErrConflict)
+	b = a
+	b.RequestID = "b"
+	refuse("request ids full", b, luascript.ErrRequestIDsFull)
+	b = a
+	b.Strict, b.Spec = true, "5:day:Etc/UTC:-:0"
+	refuse("policy", b, luascript.ErrPolicy)
+	b = a
+	b.RequestID, b.Cost = "", 4
+	refuse("denial", b, nil)
+	b = e.cal(utcDay, "u", now.Add(-72*time.Hour), 1, "")
+	_, err := luascript.CalendarTake(t.Context(), e.c, b)
+	if le := (*luascript.Error)(nil); !errors.As(err, &le) || le.Code != luascript.CodeClockSkew {
+		t.Fatalf("skewed take = %v, want CLOCK_SKEW", err)
+	}
+	sameHash(t, "clock skew", e.hash(key), before)
+
+	reply := func(lua string) rueidis.RedisResult {
+		return e.c.Do(t.Context(), e.c.B().Eval().Script(lua).Numkeys(0).Build())
+	}
+	for _, lua := range []string{"return nil", "return {1, 2, 0, 1000}", "return {2, 2, 0, 1000, 0}", "return {0, 2, 1, 1000, 0}",
+		"return {1, -1, 0, 1000, 0}", "return {1, 1, 0, 0, 0}", "return {1, 1, 0, 2764800001, 0}"} {
+		if _, err := luascript.ParseCalendarTake(reply(lua)); !errors.Is(err, luascript.ErrMalformedReply) {
+			t.Errorf("ParseCalendarTake of %q = %v, want MALFORMED_REPLY", lua, err)
+		}
+	}
+	for _, lua := range []string{"return {1, 2}", "return {0, 1, 10}", "return {1, 2, 0}", "return {2, 0, 10}", "return 1"} {
+		if _, err := luascript.ParseCalendarPeek(reply(lua)); !errors.Is(err, luascript.ErrMalformedReply) {
+			t.Errorf("ParseCalendarPeek of %q = %v, want MALFORMED_REPLY", lua, err)
+		}
+	}
+}
+
+// Calendar calls share a batch with the other scripts.
+func TestCalendarInExecMulti(t *testing.T) {
+	e := setup(t)
+	now := e.redisNow()
+	take, err := luascript.CalendarTakeCall(e.cal(utcDay, "u", now, 1, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.cal(utcDay, "u", now, 1, "")
+	peek, err := luascript.CalendarPeekCall(luascript.CalendarPeekArgs{Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: a.Periods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, err := luascript.TakeCall(luascript.TakeArgs{Key: e.key("u"), Limit: 1, WindowMS: 60000, Cost: 1, MaxRequestIDs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := luascript.ExecMulti(t.Context(), e.c, []luascript.Call{take, fw, peek})
+	if r, err := luascript.ParseCalendarTake(res[0]); err != nil || !r.Allowed {
+		t.Fatalf("calendar take in a batch = %+v, %v", r, err)
+	}
+	if r, err := luascript.ParseTake(res[1]); err != nil || !r.Allowed {
+		t.Fatalf("fixed window take in a batch = %+v, %v", r, err)
+	}
+	if p, err := luascript.ParseCalendarPeek(res[2]); err != nil || p.Used != 1 {
+		t.Fatalf("calendar peek in a batch = %+v, %v", p, err)
 	}
 }

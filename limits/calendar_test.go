@@ -79,6 +79,14 @@ func TestCalendarBounds(t *testing.T) {
 		{"hour in a half-hour zone", CalendarWindow{Period: PeriodHour, TimeZone: "Asia/Kolkata"},
 			time.Date(2026, 12, 1, 10, 59, 0, 0, kolkata),
 			time.Date(2026, 12, 1, 10, 0, 0, 0, kolkata), time.Date(2026, 12, 1, 11, 0, 0, 0, kolkata), time.Hour},
+		// Berlin's clock shows 02:00 to 03:00 twice that night: one hour
+		// period of two hours, from 00:00 to 02:00 UTC.
+		{"an hour the clock repeats", CalendarWindow{Period: PeriodHour, TimeZone: "Europe/Berlin"},
+			time.Date(2026, 10, 25, 0, 30, 0, 0, time.UTC),
+			time.Date(2026, 10, 25, 0, 0, 0, 0, time.UTC), time.Date(2026, 10, 25, 2, 0, 0, 0, time.UTC), 2 * time.Hour},
+		{"the hour before a skipped one", CalendarWindow{Period: PeriodHour, TimeZone: "Europe/Berlin"},
+			time.Date(2026, 3, 29, 1, 30, 0, 0, berlin),
+			time.Date(2026, 3, 29, 1, 0, 0, 0, berlin), time.Date(2026, 3, 29, 3, 0, 0, 0, berlin), time.Hour},
 		{"minute", CalendarWindow{Period: PeriodMinute, TimeZone: "Asia/Kolkata"},
 			time.Date(2026, 12, 1, 10, 59, 30, 0, kolkata),
 			time.Date(2026, 12, 1, 10, 59, 0, 0, kolkata), time.Date(2026, 12, 1, 11, 0, 0, 0, kolkata), time.Minute},

@@ -3,6 +3,7 @@ package limits
 import (
 	"hash/fnv"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,6 +105,27 @@ func (c CalendarWindow) Spec() string {
 		ws = WeekdayName(c.WeekStart)
 	}
 	return strconv.FormatInt(c.Limit, 10) + ":" + c.Period + ":" + c.TimeZone + ":" + ws + ":" + strconv.FormatInt(c.JitterMS, 10)
+}
+
+// ParseCalendarSpec reads what Spec wrote, for tools that read windows
+// (quotad doctor); ok is false unless s is a valid calendar's Spec.
+func ParseCalendarSpec(s string) (c CalendarWindow, ok bool) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 5 {
+		return c, false
+	}
+	limit, err1 := strconv.ParseInt(parts[0], 10, 64)
+	jitter, err2 := strconv.ParseInt(parts[4], 10, 64)
+	if err1 != nil || err2 != nil {
+		return c, false
+	}
+	c = CalendarWindow{Limit: limit, Period: parts[1], TimeZone: parts[2], WeekStart: DefaultWeekStart, JitterMS: jitter}
+	if parts[3] != "-" {
+		if c.WeekStart, ok = ParseWeekday(parts[3]); !ok || c.Period != PeriodWeek {
+			return c, false
+		}
+	}
+	return c, c.Check() == nil && c.Spec() == s
 }
 
 // ParseWeekday reads a week_start: "monday" to "sunday".

@@ -197,3 +197,19 @@ func TestCalendarOffset(t *testing.T) {
 		t.Fatal("no jitter, no offset")
 	}
 }
+
+func TestParseCalendarSpec(t *testing.T) {
+	for _, c := range []CalendarWindow{
+		{Limit: 1000, Period: PeriodDay, TimeZone: "Asia/Shanghai", WeekStart: time.Monday},
+		{Limit: 5, Period: PeriodWeek, TimeZone: "UTC", WeekStart: time.Sunday, JitterMS: 60_000},
+	} {
+		if got, ok := ParseCalendarSpec(c.Spec()); !ok || got != c {
+			t.Errorf("ParseCalendarSpec(%q) = %+v, %v; want %+v", c.Spec(), got, ok, c)
+		}
+	}
+	for _, s := range []string{"", "5:day:UTC:-", "5:day:UTC:sunday:0", "5:week:UTC:-:0", "0:day:UTC:-:0", "5:day:Nowhere:-:0", "05:day:UTC:-:0"} {
+		if _, ok := ParseCalendarSpec(s); ok {
+			t.Errorf("ParseCalendarSpec(%q) is ok", s)
+		}
+	}
+}

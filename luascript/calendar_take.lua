@@ -22,13 +22,15 @@
 -- is until the period's end. Error replies start with INVALID, CONFLICT,
 -- POLICY, WRONGTYPE, REQUEST_IDS_FULL or CLOCK_SKEW.
 --
--- The key lives until its period's end plus MARGIN_MS (PEXPIREAT), so no
--- window outlives its period by more than that; a later take never reads
--- it, since it names the next period's key.
+-- The key lives until its period's end plus MARGIN_MS, so no window
+-- outlives its period by more than that; a later take never reads it,
+-- since it names the next period's key. Its TTL is set with PEXPIRE, the
+-- time from Redis's now to then, not PEXPIREAT, so the ACL user the README
+-- documents needs no command the other scripts do not.
 --
 -- No error reply follows a write other than a restored TTL: every argument
 -- is checked and the period chosen before Redis is touched, and the paths
--- are those of fixed_window_take.lua (HSET first, then the PEXPIREAT of a
+-- are those of fixed_window_take.lua (HSET first, then the PEXPIRE of a
 -- new window), so a full Redis (maxmemory) leaves a window untouched or
 -- decides in full.
 
@@ -92,7 +94,7 @@ if not p then
   return reply_error('CLOCK_SKEW', 'redis time ' .. now .. ' ms is outside the periods from ' ..
     edges[1] .. ' to ' .. edges[4] .. ': the sidecar clock is more than a period away from redis')
 end
-local key, expire_at, reset = KEYS[p], edges[p + 1] + MARGIN_MS, edges[p + 1] - now
+local key, ttl, reset = KEYS[p], edges[p + 1] + MARGIN_MS - now, edges[p + 1] - now
 
 local f = redis.pcall('HMGET', key, 'used', 'policy', 'ids', 'r:' .. id)
 if f.err then
@@ -111,7 +113,7 @@ if pttl == -2 then
   else
     redis.call('HSET', key, 'used', cost_s, 'policy', spec, 'ids', '1', 'r:' .. id, cost_s .. ':' .. cost_s)
   end
-  redis.call('PEXPIREAT', key, expire_at)
+  redis.call('PEXPIRE', key, ttl)
   return {1, cost, 0, reset, 0}
 end
 
@@ -124,7 +126,7 @@ end
 -- The key names its period, so its end is known whoever wrote it.
 local healed = 0
 if pttl == -1 then
-  redis.call('PEXPIREAT', key, expire_at)
+  redis.call('PEXPIRE', key, ttl)
   healed = 1
 end
 
@@ -161,6 +163,6 @@ end
 if f[2] ~= spec and healed == 0 then
   -- A named policy whose period or zone changed: the window ends with the
   -- period it now counts.
-  redis.call('PEXPIREAT', key, expire_at)
+  redis.call('PEXPIRE', key, ttl)
 end
 return {1, used, 0, reset, healed}

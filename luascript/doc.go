@@ -76,7 +76,7 @@
 // (CalendarAround, in Go) and the script decides in the one holding
 // Redis's TIME: every caller counts an instant in the same period, whatever
 // its skew below a period; beyond that the reply is CLOCK_SKEW and nothing
-// is written. The key expires (PEXPIREAT) a second after its period ends,
+// is written. The key expires a second after its period ends,
 // and a key found without a TTL gets that again.
 //
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).

@@ -33,8 +33,8 @@ fuzz: ## run each codec fuzz target for FUZZTIME executions (default 200000x; a 
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./protocol/
 	$(GO) test -run='^$$' -fuzz='^FuzzLineReader$$' -fuzztime=$(FUZZTIME) ./protocol/
 
-bench: build ## measure quotad against an in-process client on a private redis-server (BENCH_DURATION=5s BENCH_ROUNDS=3)
-	$(GO) run ./integration/bench -quotad $(BIN)
+bench: build ## measure quotad against an in-process client on a private redis-server (BENCH_DURATION=5s BENCH_ROUNDS=3; BASELINE=path measures a second build beside it)
+	$(GO) run ./integration/bench -quotad $(BIN) $(if $(BASELINE),-baseline $(BASELINE))
 
 lint: ## gofmt and go vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

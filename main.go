@@ -303,7 +303,7 @@ func requestFlags(op string) []cli.Flag {
 		&cli.Int64Flag{Name: "window-ms", Usage: "inline window in milliseconds (with --limit)"},
 		&cli.Int64Flag{Name: "timeout-ms", Usage: "shorten the sidecar's Redis deadline for this request"},
 		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up waiting for the sidecar after this long"},
-		&cli.StringFlag{Name: "algorithm", Usage: "inline algorithm: fixed_window (default), token_bucket, concurrency, calendar"},
+		&cli.StringFlag{Name: "algorithm", Usage: "inline algorithm: fixed_window (default), token_bucket, concurrency, sliding_window (with --limit and --window-ms), calendar (with --limit and --period)"},
 		&cli.Int64Flag{Name: "rate", Usage: "inline token bucket: tokens per --period-ms"},
 		&cli.Int64Flag{Name: "period-ms", Usage: "inline token bucket: period of --rate in milliseconds"},
 		&cli.Int64Flag{Name: "burst", Usage: "inline token bucket: tokens it holds (default --rate)"},

@@ -103,6 +103,9 @@ func (b *batcher) send(batch []*Decision, calls []luascript.Call) []luascript.Ca
 		b.answer(batch, err)
 		return calls
 	}
+	if batch = b.keepSendable(batch); len(batch) == 0 {
+		return calls
+	}
 	oldest := batch[0].queued
 	waited := time.Since(oldest)
 	if waited >= d.opts.RedisTimeout {
@@ -131,6 +134,22 @@ func (b *batcher) send(batch []*Decision, calls []luascript.Call) []luascript.Ca
 		d.complete(dec, res[i], shortened)
 	}
 	return calls
+}
+
+// keepSendable answers at once, unsent, the decisions of batch whose Redis
+// node went down while they waited (a Cluster's other nodes may be up),
+// and returns the others, in order, in batch's own array.
+func (b *batcher) keepSendable(batch []*Decision) []*Decision {
+	kept := batch[:0]
+	for _, dec := range batch {
+		if err := b.d.store.Check(dec.key); err != nil {
+			b.answer([]*Decision{dec}, err)
+			continue
+		}
+		kept = append(kept, dec)
+	}
+	clear(batch[len(kept):])
+	return kept
 }
 
 // answer answers a batch, unsent, as Redis's failure err says.

@@ -186,7 +186,7 @@ func (d *Dispatcher) Run(dec *Decision) {
 		d.finish(dec)
 		return
 	}
-	if _, err := d.store.Client(); err != nil {
+	if err := d.sendable(dec); err != nil {
 		d.undecided(dec, err)
 		d.finish(dec)
 		return
@@ -197,6 +197,16 @@ func (d *Dispatcher) Run(dec *Decision) {
 		return
 	}
 	d.batch.submit(dec)
+}
+
+// sendable is nil when dec may be sent: the store is connected and the
+// breaker of the Redis node that serves its key (on a Cluster; else of
+// Redis) is closed.
+func (d *Dispatcher) sendable(dec *Decision) error {
+	if _, err := d.store.Client(); err != nil {
+		return err
+	}
+	return d.store.Check(dec.key)
 }
 
 // alone sends one call with its own deadline. Running out of it says
@@ -218,7 +228,7 @@ func (d *Dispatcher) alone(dec *Decision, timeout time.Duration) {
 func (d *Dispatcher) complete(dec *Decision, res rueidis.RedisResult, shortened bool) {
 	l, o := &dec.limit, &dec.Out
 	err := l.Algorithm.Parse(dec.req, l, res, o)
-	d.observe(err, shortened)
+	d.observe(dec.key, err, shortened)
 	if le, ok := err.(*luascript.Error); o.Healed || ok && le.Healed {
 		d.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, l.Policy),
 			zap.String(keyKey, dec.key), zap.Int64(keyHealedTotal, d.healed.Add(1)))

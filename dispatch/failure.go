@@ -62,6 +62,7 @@ func (d *Dispatcher) fail(o *Outcome, err error) {
 	case errors.Is(err, store.ErrNotConnected), errors.Is(err, ErrWaitedTooLong):
 		o.fail(protocol.CodeUnavailable, err.Error()+": the request was not run")
 	case errors.Is(err, store.ErrBreakerOpen):
+		// On a Cluster the message names the node that is down.
 		o.fail(protocol.CodeUnavailable, err.Error())
 	case isRedisReply(err):
 		msg := redisMessage(err)
@@ -114,10 +115,11 @@ func (d *Dispatcher) undecided(dec *Decision, err error) {
 	o.applyShadow(l.Shadow)
 }
 
-// observe feeds a call's outcome to the store's health: a typed script
-// error is an answer from Redis, and a deadline the caller shortened with
+// observe feeds the outcome of a call on key to the store's health (on a
+// Cluster, the health of the node that serves key): a typed script error
+// is an answer from Redis, and a deadline the caller shortened with
 // timeout_ms is not evidence that Redis is down.
-func (d *Dispatcher) observe(err error, shortened bool) {
+func (d *Dispatcher) observe(key string, err error, shortened bool) {
 	var le *luascript.Error
 	switch {
 	case errors.As(err, &le):
@@ -125,7 +127,7 @@ func (d *Dispatcher) observe(err error, shortened bool) {
 	case shortened && errors.Is(err, context.DeadlineExceeded):
 		return
 	}
-	d.store.Observe(err)
+	d.store.Observe(key, err)
 }
 
 // isRedisReply reports whether err is an error reply from Redis itself, as

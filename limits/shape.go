@@ -51,3 +51,18 @@ type Leases struct {
 func (Leases) Algorithm() string { return Concurrency }
 func (l Leases) Check() error    { return CheckConcurrency(l.Limit, l.LeaseMS) }
 func (l Leases) Quota() int64    { return l.Limit }
+
+// SlidingWindow is the algorithm of a Sliding limit.
+const SlidingWindow = "sliding_window"
+
+// Sliding is a sliding window: at most Limit units in any WindowMS, as
+// estimated by the two-window counter (the current and previous periods of
+// WindowMS, aligned to Redis's clock).
+type Sliding struct {
+	Limit    int64
+	WindowMS int64
+}
+
+func (Sliding) Algorithm() string { return SlidingWindow }
+func (s Sliding) Check() error    { return CheckFixedWindow(s.Limit, s.WindowMS) }
+func (s Sliding) Quota() int64    { return s.Limit }

@@ -29,14 +29,29 @@ type Config struct {
 	// SubjectPrefix starts every subject, so that runs need not share
 	// windows; default "bench-".
 	SubjectPrefix string
-	// Policy names a policy of the sidecar's config; otherwise Limit and
-	// WindowMS are sent inline.
-	Policy   string
-	Limit    int64
-	WindowMS int64
-	Cost     int64 // default 1
+	// Policy names a policy of the sidecar's config; otherwise the limits
+	// of Algorithm are sent inline.
+	Policy string
+	// Algorithm of the inline limits: "" or "fixed_window" sends Limit and
+	// WindowMS (and no algorithm field, the protocol's default);
+	// "token_bucket" sends Rate, PeriodMS and Burst (when not 0);
+	// "concurrency" sends Limit and LeaseMS, and needs RequestIDs and a
+	// Cost of 1 (each take acquires a lease of its own, which lives LeaseMS).
+	Algorithm string
+	Limit     int64
+	WindowMS  int64
+	Rate      int64
+	PeriodMS  int64
+	Burst     int64
+	LeaseMS   int64
+	Cost      int64 // default 1
 	// RequestIDs gives every take a unique request_id.
 	RequestIDs bool
+	// Release follows every lease a concurrency take acquired with its
+	// release, on the same connection once the take's reply is read, as a
+	// client holding a lease for a round trip would. About half the
+	// requests are then releases; Result counts their replies apart.
+	Release bool
 	// Progress, when not nil, gets one line per ProgressEvery (default 1s)
 	// while the run lasts.
 	Progress      io.Writer
@@ -61,13 +76,37 @@ func (c *Config) defaults() error {
 	if c.ProgressEvery <= 0 {
 		c.ProgressEvery = time.Second
 	}
-	switch {
-	case c.Socket == "":
+	if c.Socket == "" {
 		return errors.New("loadgen: a socket path is required")
-	case c.Policy == "" && (c.Limit <= 0 || c.WindowMS <= 0):
-		return errors.New("loadgen: give a policy, or an inline limit and window_ms")
-	case c.Policy != "" && (c.Limit != 0 || c.WindowMS != 0):
-		return errors.New("loadgen: give a policy or inline limits, not both")
+	}
+	if c.Release && (!c.RequestIDs || c.Policy == "" && c.Algorithm != "concurrency") {
+		return errors.New("loadgen: releases are of concurrency leases, taken with request ids")
+	}
+	inline := c.Limit != 0 || c.WindowMS != 0 || c.Rate != 0 || c.PeriodMS != 0 || c.Burst != 0 || c.LeaseMS != 0
+	if c.Policy != "" {
+		if inline || c.Algorithm != "" {
+			return errors.New("loadgen: give a policy or inline limits, not both")
+		}
+		return nil
+	}
+	switch c.Algorithm {
+	case "", "fixed_window":
+		if c.Limit <= 0 || c.WindowMS <= 0 || c.Rate != 0 || c.PeriodMS != 0 || c.Burst != 0 || c.LeaseMS != 0 {
+			return errors.New("loadgen: give a policy, or an inline limit and window_ms")
+		}
+	case "token_bucket":
+		if c.Rate <= 0 || c.PeriodMS <= 0 || c.Burst < 0 || c.Limit != 0 || c.WindowMS != 0 || c.LeaseMS != 0 {
+			return errors.New("loadgen: a token bucket takes a rate and period_ms, and optionally a burst")
+		}
+	case "concurrency":
+		switch {
+		case c.Limit <= 0 || c.LeaseMS <= 0 || c.WindowMS != 0 || c.Rate != 0 || c.PeriodMS != 0 || c.Burst != 0:
+			return errors.New("loadgen: concurrency takes a limit and lease_ms")
+		case !c.RequestIDs || c.Cost != 1:
+			return errors.New("loadgen: concurrency takes need request ids (they name the leases) and a cost of 1")
+		}
+	default:
+		return fmt.Errorf("loadgen: unknown algorithm %q: fixed_window, token_bucket or concurrency", c.Algorithm)
 	}
 	return nil
 }
@@ -79,6 +118,8 @@ type Result struct {
 	Allowed  int64 // accepted takes, replays excluded
 	Replays  int64
 	Denied   int64
+	Releases int64                   // release replies (Config.Release)
+	Released int64                   // of them, those that freed a lease
 	Errors   map[protocol.Code]int64 // error replies by code
 	P50, P90 time.Duration           // latency from writing a line to reading its reply
 	P99      time.Duration
@@ -108,6 +149,9 @@ func (r Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "decisions  %d in %.2fs: %.0f decisions/s\n", r.Replies, r.Elapsed.Seconds(), r.Rate())
 	fmt.Fprintf(&b, "latency    p50 %v  p90 %v  p99 %v  p99.9 %v\n", r.P50, r.P90, r.P99, r.P999)
 	fmt.Fprintf(&b, "results    allowed %d  denied %d  replay %d  error %d\n", r.Allowed, r.Denied, r.Replays, r.ErrorCount())
+	if r.Releases > 0 {
+		fmt.Fprintf(&b, "releases   %d  freed a lease %d\n", r.Releases, r.Released)
+	}
 	codes := make([]string, 0, len(r.Errors))
 	for c := range r.Errors {
 		codes = append(codes, string(c))
@@ -187,6 +231,8 @@ func collect(clients []*client, elapsed time.Duration) (Result, error) {
 		res.Allowed += c.allowed
 		res.Replays += c.replays
 		res.Denied += c.denied
+		res.Releases += c.releases
+		res.Released += c.released
 		for code, n := range c.errors {
 			res.Errors[code] += n
 		}
@@ -233,11 +279,16 @@ type client struct {
 	rng  *rand.Rand
 	room chan struct{}  // one token per request that may still be sent
 	sent chan time.Time // send times of outstanding requests, oldest first
+	// With Config.Release: the outstanding requests' leases, oldest first,
+	// and the leases granted and not yet released. Neither ever holds more
+	// than InFlight: a granted lease waits for a free place to be sent in.
+	leases, granted chan lease
 
 	replies atomic.Int64
 	bad     atomic.Int64 // error replies, for the progress line
 	// Owned by the reader until Run merges them.
 	allowed, replays, denied int64
+	releases, released       int64
 	errors                   map[protocol.Code]int64
 	lat                      histogram
 	err                      error
@@ -255,7 +306,18 @@ func newClient(cfg *Config, id int) *client {
 	for range cfg.InFlight {
 		c.room <- struct{}{}
 	}
+	if cfg.Release {
+		c.leases = make(chan lease, cfg.InFlight)
+		c.granted = make(chan lease, cfg.InFlight)
+	}
 	return c
+}
+
+// lease is what a request was: a take of a subject, whose request id is
+// made of seq, or the release of such a take's lease.
+type lease struct {
+	subject, seq uint64
+	release      bool
 }
 
 // writeLoop sends as many requests as there is room for in one write, as a
@@ -288,7 +350,7 @@ func (c *client) writeLoop(ctx context.Context) {
 		buf = buf[:0]
 		for range n {
 			seq++
-			buf = c.appendTake(buf, seq)
+			buf = c.appendRequest(buf, seq)
 		}
 		now := time.Now()
 		for range n {
@@ -300,22 +362,39 @@ func (c *client) writeLoop(ctx context.Context) {
 	}
 }
 
-func (c *client) appendTake(buf []byte, seq uint64) []byte {
-	buf = append(buf, `{"op":"take","subject":"`...)
+// appendRequest appends the next request: the release of a granted lease
+// when one waits, else a take of a subject at random.
+func (c *client) appendRequest(buf []byte, seq uint64) []byte {
+	l := lease{seq: seq}
+	if c.granted != nil {
+		select {
+		case l = <-c.granted:
+			l.release = true
+		default:
+		}
+	}
+	if !l.release {
+		l.subject = c.rng.Uint64N(uint64(c.cfg.Subjects))
+	}
+	if c.leases != nil {
+		c.leases <- l // never blocks: room bounds what is outstanding
+	}
+	if l.release {
+		buf = append(buf, `{"op":"release","subject":"`...)
+	} else {
+		buf = append(buf, `{"op":"take","subject":"`...)
+	}
 	buf = append(buf, c.cfg.SubjectPrefix...)
-	buf = strconv.AppendUint(buf, c.rng.Uint64N(uint64(c.cfg.Subjects)), 10)
+	buf = strconv.AppendUint(buf, l.subject, 10)
 	buf = append(buf, '"')
 	if c.cfg.Policy != "" {
 		buf = append(buf, `,"policy":"`...)
 		buf = append(buf, c.cfg.Policy...)
 		buf = append(buf, '"')
 	} else {
-		buf = append(buf, `,"limit":`...)
-		buf = strconv.AppendInt(buf, c.cfg.Limit, 10)
-		buf = append(buf, `,"window_ms":`...)
-		buf = strconv.AppendInt(buf, c.cfg.WindowMS, 10)
+		buf = c.appendLimits(buf)
 	}
-	if c.cfg.Cost != 1 {
+	if c.cfg.Cost != 1 && !l.release {
 		buf = append(buf, `,"cost":`...)
 		buf = strconv.AppendInt(buf, c.cfg.Cost, 10)
 	}
@@ -324,10 +403,37 @@ func (c *client) appendTake(buf []byte, seq uint64) []byte {
 		buf = append(buf, c.cfg.SubjectPrefix...)
 		buf = strconv.AppendInt(buf, int64(c.id), 36)
 		buf = append(buf, '-')
-		buf = strconv.AppendUint(buf, seq, 36)
+		buf = strconv.AppendUint(buf, l.seq, 36)
 		buf = append(buf, '"')
 	}
 	return append(buf, "}\n"...)
+}
+
+// appendLimits writes the inline limits of the configured algorithm.
+func (c *client) appendLimits(buf []byte) []byte {
+	field := func(buf []byte, name string, v int64) []byte {
+		buf = append(buf, `,"`...)
+		buf = append(buf, name...)
+		buf = append(buf, `":`...)
+		return strconv.AppendInt(buf, v, 10)
+	}
+	switch c.cfg.Algorithm {
+	case "token_bucket":
+		buf = append(buf, `,"algorithm":"token_bucket"`...)
+		buf = field(buf, "rate", c.cfg.Rate)
+		buf = field(buf, "period_ms", c.cfg.PeriodMS)
+		if c.cfg.Burst != 0 {
+			buf = field(buf, "burst", c.cfg.Burst)
+		}
+	case "concurrency":
+		buf = append(buf, `,"algorithm":"concurrency"`...)
+		buf = field(buf, "limit", c.cfg.Limit)
+		buf = field(buf, "lease_ms", c.cfg.LeaseMS)
+	default:
+		buf = field(buf, "limit", c.cfg.Limit)
+		buf = field(buf, "window_ms", c.cfg.WindowMS)
+	}
+	return buf
 }
 
 func (c *client) readLoop() {
@@ -348,29 +454,49 @@ func (c *client) readLoop() {
 			return
 		}
 		c.lat.record(time.Since(at))
-		c.count(line)
+		c.answered(line)
 		c.replies.Add(1)
 		c.room <- struct{}{}
 	}
 }
 
 var (
-	okTrue      = []byte(`"ok":true`)
-	allowedTrue = []byte(`"allowed":true`)
-	replayTrue  = []byte(`"replay":true`)
-	errorField  = []byte(`"error":"`)
+	okTrue        = []byte(`"ok":true`)
+	allowedTrue   = []byte(`"allowed":true`)
+	replayTrue    = []byte(`"replay":true`)
+	releasedField = []byte(`"released":`)
+	releasedTrue  = []byte(`"released":true`)
+	errorField    = []byte(`"error":"`)
 )
 
+// answered counts the reply to the oldest outstanding request and, with
+// Config.Release, queues the release of the lease it granted.
+func (c *client) answered(line []byte) {
+	granted := c.count(line)
+	if c.leases != nil {
+		if l := <-c.leases; granted && !l.release {
+			c.granted <- l // never blocks: see client.granted
+		}
+	}
+}
+
 // count classifies a reply by the fields the sidecar writes in a fixed
-// order (see protocol.AppendTake), without decoding the JSON.
-func (c *client) count(line []byte) {
+// order (see protocol.AppendTake and AppendRelease), without decoding the
+// JSON, and reports whether it granted a take (replays excluded).
+func (c *client) count(line []byte) (granted bool) {
 	switch {
 	case bytes.Contains(line, okTrue):
 		switch {
+		case bytes.Contains(line, releasedField):
+			c.releases++
+			if bytes.Contains(line, releasedTrue) {
+				c.released++
+			}
 		case bytes.Contains(line, replayTrue):
 			c.replays++
 		case bytes.Contains(line, allowedTrue):
 			c.allowed++
+			return true
 		default:
 			c.denied++
 		}
@@ -385,4 +511,5 @@ func (c *client) count(line []byte) {
 		}
 		c.errors[code]++
 	}
+	return false
 }

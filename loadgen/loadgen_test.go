@@ -219,3 +219,140 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatalf("err = %v, want a connect error", err)
 	}
 }
+
+func TestRunSendsEachAlgorithmsInlineLimits(t *testing.T) {
+	eachEngine(t, testRunSendsEachAlgorithmsInlineLimits)
+}
+
+func testRunSendsEachAlgorithmsInlineLimits(t *testing.T) {
+	ok := protocol.AppendTake(nil, nil, protocol.TakeReply{Allowed: true, Limit: 9, Used: 1})
+	for _, c := range []struct {
+		cfg  loadgen.Config
+		want map[string]any // every field besides op, subject and request_id
+	}{
+		{loadgen.Config{Limit: 7, WindowMS: 1000}, map[string]any{"limit": 7.0, "window_ms": 1000.0}},
+		{loadgen.Config{Algorithm: "fixed_window", Limit: 7, WindowMS: 1000, RequestIDs: true}, map[string]any{"limit": 7.0, "window_ms": 1000.0}},
+		{loadgen.Config{Algorithm: "token_bucket", Rate: 5, PeriodMS: 1000}, map[string]any{"algorithm": "token_bucket", "rate": 5.0, "period_ms": 1000.0}},
+		{loadgen.Config{Algorithm: "token_bucket", Rate: 5, PeriodMS: 1000, Burst: 20, Cost: 2, RequestIDs: true},
+			map[string]any{"algorithm": "token_bucket", "rate": 5.0, "period_ms": 1000.0, "burst": 20.0, "cost": 2.0}},
+		{loadgen.Config{Algorithm: "concurrency", Limit: 3, LeaseMS: 5000, RequestIDs: true}, map[string]any{"algorithm": "concurrency", "limit": 3.0, "lease_ms": 5000.0}},
+	} {
+		t.Run(fmt.Sprintf("%s ids=%v", c.cfg.Algorithm, c.cfg.RequestIDs), func(t *testing.T) {
+			f := startFake(t, func(int, map[string]any) []byte { return ok })
+			cfg := c.cfg
+			cfg.Socket, cfg.Conns, cfg.InFlight, cfg.Duration = f.path, 2, 3, 100*time.Millisecond
+			if _, err := loadgen.Run(context.Background(), cfg); err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if len(f.reqs) == 0 {
+				t.Fatal("nothing was sent")
+			}
+			for _, r := range f.reqs {
+				// The sidecar's own decoder must accept every request.
+				line, _ := json.Marshal(r)
+				var req protocol.Request
+				if err := protocol.Decode(line, &req); err != nil {
+					t.Fatalf("request %s: %v", line, err)
+				}
+				if _, has := r["request_id"]; has != cfg.RequestIDs {
+					t.Fatalf("request %s: request_id present %v, want %v", line, has, cfg.RequestIDs)
+				}
+				got := map[string]any{}
+				for k, v := range r {
+					if k != "op" && k != "subject" && k != "request_id" {
+						got[k] = v
+					}
+				}
+				if fmt.Sprint(got) != fmt.Sprint(c.want) {
+					t.Fatalf("request %s: fields %v, want %v", line, got, c.want)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigErrorsOfTheAlgorithms(t *testing.T) {
+	for _, c := range []loadgen.Config{
+		{Algorithm: "leaky_bucket", Limit: 1, WindowMS: 1},
+		{Limit: 1, WindowMS: 1, Rate: 1},
+		{Algorithm: "token_bucket", Rate: 1},
+		{Algorithm: "token_bucket", Rate: 1, PeriodMS: 1, WindowMS: 1},
+		{Algorithm: "token_bucket", Rate: 1, PeriodMS: 1, Burst: -1},
+		{Algorithm: "concurrency", Limit: 1, LeaseMS: 1},
+		{Algorithm: "concurrency", Limit: 1, LeaseMS: 1, RequestIDs: true, Cost: 2},
+		{Algorithm: "concurrency", Limit: 1, WindowMS: 1, RequestIDs: true},
+		{Policy: "p", Algorithm: "token_bucket"},
+		{Policy: "p", Rate: 1, PeriodMS: 1},
+		{Limit: 1, WindowMS: 1, Release: true, RequestIDs: true},
+		{Algorithm: "concurrency", Limit: 1, LeaseMS: 1, Release: true},
+	} {
+		c.Socket = filepath.Join(t.TempDir(), "none")
+		_, err := loadgen.Run(context.Background(), c)
+		if err == nil || strings.Contains(err.Error(), "connect") {
+			t.Errorf("%+v: err = %v, want the config refused before connecting", c, err)
+		}
+	}
+}
+
+func TestRunReleasesEveryGrantedLease(t *testing.T) { eachEngine(t, testRunReleasesEveryGrantedLease) }
+
+func testRunReleasesEveryGrantedLease(t *testing.T) {
+	granted := map[string]bool{} // under the fake's lock
+	var takes, releases int
+	f := startFake(t, func(n int, req map[string]any) []byte {
+		id, _ := req["request_id"].(string)
+		key := fmt.Sprint(req["subject"], "/", id)
+		if req["algorithm"] != "concurrency" || req["limit"] != 4.0 || req["lease_ms"] != 9000.0 || req["cost"] != nil {
+			t.Errorf("request %v: not the configured concurrency limit", req)
+		}
+		switch req["op"] {
+		case "take":
+			takes++
+			if n%3 == 0 {
+				return protocol.AppendTake(nil, nil, protocol.TakeReply{Allowed: false, Limit: 4, Used: 4})
+			}
+			granted[key] = true
+			return protocol.AppendTake(nil, nil, protocol.TakeReply{Allowed: true, Limit: 4, Used: 1, LeaseMS: 9000})
+		case "release":
+			releases++
+			if !granted[key] {
+				t.Errorf("release %v of a lease never granted, or released twice", req)
+			}
+			ok := granted[key]
+			delete(granted, key)
+			return protocol.AppendRelease(nil, nil, protocol.ReleaseReply{Released: ok, Limit: 4})
+		}
+		t.Errorf("request %v: op %v", req, req["op"])
+		return nil
+	})
+	for _, inflight := range []int{1, 8} {
+		t.Run(fmt.Sprintf("inflight=%d", inflight), func(t *testing.T) {
+			f.mu.Lock()
+			takes, releases = 0, 0
+			f.mu.Unlock()
+			const conns = 3
+			res, err := loadgen.Run(context.Background(), loadgen.Config{
+				Socket: f.path, Conns: conns, InFlight: inflight, Duration: 200 * time.Millisecond, Subjects: 5,
+				Algorithm: "concurrency", Limit: 4, LeaseMS: 9000, RequestIDs: true, Release: true,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if res.Releases == 0 || res.Releases != int64(releases) || res.Released != res.Releases {
+				t.Fatalf("%d release replies, %d freed a lease; the sidecar answered %d releases, each freeing one", res.Releases, res.Released, releases)
+			}
+			if res.Allowed+res.Denied != int64(takes) || res.Denied == 0 || res.Replies != int64(takes+releases) {
+				t.Fatalf("result %+v; the sidecar answered %d takes and %d releases", res, takes, releases)
+			}
+			// Only the leases granted by the last replies of the run may be
+			// left unreleased.
+			if left := res.Allowed - res.Releases; left < 0 || left > conns*int64(inflight) {
+				t.Fatalf("%d leases granted, %d released", res.Allowed, res.Releases)
+			}
+		})
+	}
+}

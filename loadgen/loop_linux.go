@@ -166,7 +166,7 @@ func (c *loopConn) send(n int, ep int) {
 	now := time.Now()
 	for range n {
 		c.seq++
-		c.wbuf = c.appendTake(c.wbuf, c.seq)
+		c.wbuf = c.appendRequest(c.wbuf, c.seq)
 		c.sent[(c.head+c.out)%len(c.sent)] = now
 		c.out++
 	}
@@ -284,7 +284,7 @@ func (c *loopConn) reply(line []byte) bool {
 	c.head = (c.head + 1) % len(c.sent)
 	c.out--
 	c.lat.record(time.Since(at))
-	c.count(line)
+	c.answered(line)
 	c.replies.Add(1)
 	return true
 }

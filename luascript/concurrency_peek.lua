@@ -15,35 +15,37 @@
 -- write it tried (no-writes).
 
 if #KEYS ~= 1 or #ARGV ~= 3 then
-  return invalid('want 1 key and 3 arguments')
+  return fail('INVALID', 'want 1 key and 3 arguments')
 end
 local key = KEYS[1]
 local limit_s, lease_s, strict = ARGV[1], ARGV[2], ARGV[3]
 
-local limit, e = lease_shape(limit_s, lease_s)
-if not limit then
-  return e
+if not dec(limit_s, 1, MAX_LEASES) then
+  return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LEASES)
+end
+if not dec(lease_s, 1, MAX_WINDOW_MS) then
+  return fail('INVALID', 'lease_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
 end
 if strict ~= '0' and strict ~= '1' then
-  return invalid('strict must be 0 or 1')
+  return fail('INVALID', 'strict must be 0 or 1')
 end
 
+local policy = limit_s .. ':' .. lease_s
 local _, now = redis_now()
 
-local all
-all, e = read('lease set', 'HGETALL', key)
-if not all then
-  return e
+local all = redis.pcall('HGETALL', key)
+if all.err then
+  return failed_read('lease set', all)
 end
 local stored, live, last = nil, 0, 0
 for i = 1, #all, 2 do
   local k, v = all[i], all[i + 1]
-  if k == 'policy' and string.match(v, '^[0-9]+:[0-9]+$') then
+  if k == 'policy' and (v == policy or string.find(v, '^%d+:%d+$')) then
     stored = v
   else
     local x = dec(v, 0, MAX_EXACT)
-    if not string.match(k, '^l:.') or not x then
-      return not_ours('lease set', 'a hash with other fields')
+    if not string.find(k, '^l:.') or not x then
+      return fail('WRONGTYPE', NOT_OURS .. 'lease set: a hash with other fields')
     end
     if x > now then
       live = live + 1
@@ -52,10 +54,10 @@ for i = 1, #all, 2 do
   end
 end
 if #all > 0 and not stored then
-  return not_ours('lease set', 'a hash with other fields')
+  return fail('WRONGTYPE', NOT_OURS .. 'lease set: a hash with other fields')
 end
-if strict == '1' and stored and stored ~= limit_s .. ':' .. lease_s then
-  return redis.error_reply('POLICY live lease set has limit:lease_ms ' .. stored)
+if strict == '1' and stored and stored ~= policy then
+  return fail('POLICY', 'live lease set has limit:lease_ms ' .. stored)
 end
 if live == 0 then
   return {0, 0}

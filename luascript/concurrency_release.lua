@@ -15,36 +15,39 @@
 -- is answered.
 
 if #KEYS ~= 1 or #ARGV ~= 1 then
-  return invalid('want 1 key and 1 argument')
+  return fail('INVALID', 'want 1 key and 1 argument')
 end
 local key, id = KEYS[1], ARGV[1]
-if not valid_id(id) then
-  return invalid_id()
+if #id < 1 or #id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID) then
+  return fail('INVALID', REQUEST_ID_RULE)
 end
 
 local _, now = redis_now()
 
-local all, e = read('lease set', 'HGETALL', key)
-if not all then
-  return e
+local all = redis.pcall('HGETALL', key)
+if all.err then
+  return failed_read('lease set', all)
 end
 if #all == 0 then
   return {0, 0}
 end
-local stored, released, live, last, gone = false, 0, 0, 0, {}
+local mine = 'l:' .. id
+local stored, released, live, last, gone = false, 0, 0, 0, nil
 for i = 1, #all, 2 do
   local k, v = all[i], all[i + 1]
-  if k == 'policy' and string.match(v, '^[0-9]+:[0-9]+$') then
+  if k == 'policy' and string.find(v, '^%d+:%d+$') then
     stored = true
   else
     local x = dec(v, 0, MAX_EXACT)
-    if not string.match(k, '^l:.') or not x then
-      return not_ours('lease set', 'a hash with other fields')
+    if not string.find(k, '^l:.') or not x then
+      return fail('WRONGTYPE', NOT_OURS .. 'lease set: a hash with other fields')
     end
     if x <= now then
-      table.insert(gone, k)
-    elseif k == 'l:' .. id then
-      table.insert(gone, k)
+      gone = gone or {}
+      gone[#gone + 1] = k
+    elseif k == mine then
+      gone = gone or {}
+      gone[#gone + 1] = k
       released = 1
     else
       live = live + 1
@@ -53,13 +56,13 @@ for i = 1, #all, 2 do
   end
 end
 if not stored then
-  return not_ours('lease set', 'a hash with other fields')
+  return fail('WRONGTYPE', NOT_OURS .. 'lease set: a hash with other fields')
 end
 if live == 0 then
   redis.call('DEL', key)
   return {released, 0}
 end
-if #gone > 0 then
+if gone then
   redis.call('HDEL', key, unpack(gone))
 end
 redis.call('PEXPIRE', key, last - now)

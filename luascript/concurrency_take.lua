@@ -22,44 +22,49 @@
 -- leases, after which every path answers a decision.
 
 if #KEYS ~= 1 or #ARGV ~= 4 then
-  return invalid('want 1 key and 4 arguments')
+  return fail('INVALID', 'want 1 key and 4 arguments')
 end
 local key = KEYS[1]
 local limit_s, lease_s, strict, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-local limit, lease = lease_shape(limit_s, lease_s)
+local limit = dec(limit_s, 1, MAX_LEASES)
 if not limit then
-  return lease
+  return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LEASES)
+end
+local lease = dec(lease_s, 1, MAX_WINDOW_MS)
+if not lease then
+  return fail('INVALID', 'lease_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
 end
 if strict ~= '0' and strict ~= '1' then
-  return invalid('strict must be 0 or 1')
+  return fail('INVALID', 'strict must be 0 or 1')
 end
-if not valid_id(id) then
-  return invalid_id()
+if #id < 1 or #id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID) then
+  return fail('INVALID', REQUEST_ID_RULE)
 end
 local policy = limit_s .. ':' .. lease_s
 
 local _, now = redis_now()
 
 -- One read of the whole hash: it holds at most limit live leases.
-local all, e = read('lease set', 'HGETALL', key)
-if not all then
-  return e
+local all = redis.pcall('HGETALL', key)
+if all.err then
+  return failed_read('lease set', all)
 end
 local stored, mine = nil, nil
-local live, expired, first, last = 0, {}, nil, 0
+local live, expired, first, last = 0, nil, nil, 0
 for i = 1, #all, 2 do
   local k, v = all[i], all[i + 1]
-  if k == 'policy' and string.match(v, '^[0-9]+:[0-9]+$') then
+  if k == 'policy' and (v == policy or string.find(v, '^%d+:%d+$')) then
     stored = v
   else
     local lid = string.match(k, '^l:(.+)$')
     local x = dec(v, 0, MAX_EXACT)
     if not lid or not x then
-      return not_ours('lease set', 'a hash with other fields')
+      return fail('WRONGTYPE', NOT_OURS .. 'lease set: a hash with other fields')
     end
     if x <= now then
-      table.insert(expired, k)
+      expired = expired or {}
+      expired[#expired + 1] = k
     elseif lid == id then
       mine = x
     else
@@ -70,7 +75,7 @@ for i = 1, #all, 2 do
   end
 end
 if #all > 0 and not stored then
-  return not_ours('lease set', 'a hash with other fields')
+  return fail('WRONGTYPE', NOT_OURS .. 'lease set: a hash with other fields')
 end
 
 local pttl = redis.call('PTTL', key)
@@ -81,11 +86,11 @@ if pttl == -1 then
   healed = 1
 end
 if strict == '1' and stored and stored ~= policy then
-  return refuse(healed, 'POLICY live lease set has limit:lease_ms ' .. stored)
+  return fail('POLICY', 'live lease set has limit:lease_ms ' .. stored, healed)
 end
 
 -- Reclaim what expired, whatever the decision.
-if #expired > 0 then
+if expired then
   redis.call('HDEL', key, unpack(expired))
 end
 -- A renewal keeps its slot even when a lowered limit is now full.
@@ -94,7 +99,11 @@ if not mine and live >= limit then
   return {0, 0, live, last - now, first - now, healed}
 end
 local exp = now + lease
-redis.call('HSET', key, 'l:' .. id, string.format('%d', exp), 'policy', policy)
+if stored == policy then
+  redis.call('HSET', key, 'l:' .. id, string.format('%d', exp))
+else
+  redis.call('HSET', key, 'l:' .. id, string.format('%d', exp), 'policy', policy)
+end
 last = math.max(last, exp)
 redis.call('PEXPIRE', key, last - now)
 local replay = 0

@@ -59,6 +59,28 @@
 // holder that died blocks the subject for at most lease_ms. The key lives
 // exactly as long as its last lease, and is deleted when none is left.
 //
+// # Sliding window
+//
+// A sliding window is a Redis hash at SlidingWindowKey, counting the two
+// fixed periods of window_ms, aligned to Redis's clock (TIME), that any
+// window-long interval ending now overlaps:
+//
+//	s             start of the current period, ms of Redis's clock
+//	c             units accepted in the period starting at s
+//	p             units accepted in the period before it
+//	policy        "<limit>:<window_ms>" it was last written under
+//	ids           number of r:* records
+//	qh, qt        head and tail of the queue of records, in order of expiry
+//	q:<n>         "<id>:<expiry ms>", one per recorded acceptance
+//	r:<id>        "<cost>:<used right after acceptance>:<expiry ms>"
+//
+// The estimate of the use in the last window_ms, elapsed ms into the
+// current period, is p * (window_ms - elapsed) / window_ms + c, and a take
+// of cost is accepted iff estimate + cost <= limit; the arithmetic (the
+// prelude's sliding_window) is exact in integers. A take counts until the
+// end of the period after its own, and so do its request id record and the
+// key: two windows at most. Every accepted take forgets up to three expired
+// records, as for the token bucket.
 // # Calendar window
 //
 // A calendar window is a fixed window aligned to the calendar of a time
@@ -80,6 +102,61 @@
 // and a key found without a TTL gets that again.
 //
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).
+//
+// # Calls
+//
+// Every script call is a Call, built and validated by the builder of its
+// algorithm and op, and read by the parser of the same name:
+//
+//	fixed window   TakeCall / ParseTake, PeekCall / ParsePeek
+//	token bucket   TokenBucketTakeCall / ParseTokenBucketTake,
+//	               TokenBucketPeekCall / ParseTokenBucketPeek
+//	concurrency    ConcurrencyTakeCall / ParseConcurrencyTake,
+//	               ConcurrencyPeekCall / ParseConcurrencyPeek,
+//	               ConcurrencyReleaseCall / ParseConcurrencyRelease
+//
+// Call.Exec sends one call; ExecMulti sends calls of any mix of scripts in
+// one round trip and returns their results in order. The one-shot
+// functions (FixedWindowTake, TokenBucketTake, ...) are a builder, Exec and
+// a parser. Go validates against quotad/limits before anything is sent; a
+// script refusal is an *Error with a stable Code.
+//
+// # Adding a script
+//
+//  1. Write <name>.lua. A peek's first line is "#!lua flags=no-writes".
+//     The body may use the prelude's helpers (prelude.lua), joined before
+//     it at init, and must not define its own: dec (a canonical decimal in
+//     bounds), fail (every error reply, with TTL_RESTORED when it healed),
+//     NOT_OURS (the start of the scripts' own WRONGTYPE message),
+//     failed_read (the WRONGTYPE guard: the reply to a failed redis.pcall
+//     read of the key), REQUEST_ID (a request id's pattern), redis_now
+//     (Redis's clock in µs and ms), gcra (the token bucket's exact
+//     arithmetic), and the constants scripts.go writes from quotad/limits:
+//     MAX_LIMIT, MAX_WINDOW_MS, MAX_LEASES, MAX_REQUEST_ID_BYTES,
+//     MAX_REQUEST_IDS, MAX_EXACT and REQUEST_ID_RULE. A new bound goes into
+//     quotad/limits and boundsLua, never into a script as a literal. Redis
+//     makes every helper again on each run of every script, so a helper
+//     earns its place in the prelude only if several scripts need it, and
+//     refers to no local (see the top of prelude.lua).
+//  2. At its top, say in a comment where its first write is and why every
+//     error reply precedes it (at most a restored TTL may come first), as
+//     the other scripts do: callers treat an *Error as "nothing applied".
+//     Check every argument before touching Redis; give every key it writes
+//     a TTL.
+//  3. Embed it and register it with newScript next to its algorithm's Go
+//     code, with a builder that validates (quotad/limits) and returns a
+//     Call, and a parser that accepts only the reply shape the script
+//     sends (else CodeMalformedReply). Keep a one-shot function as
+//     builder, Exec and parser, if callers need one.
+//  4. Add it to scripts in load.go, so Load and Sources (readiness, the
+//     ACL test) know it.
+//  5. Test it against redis-server (redistest): its decisions; every
+//     refusal in nowrite_test.go (the key is the same before and after);
+//     its arguments EVALed directly, past Go's validation; the embedded
+//     store (miniredis_algorithms_test.go); ExecMulti with the other
+//     scripts (multi_test.go). If it reads a hash an earlier release
+//     wrote, keep that release's script in testdata/ and test both
+//     directions (compat_test.go).
 //
 // # What this package must never do
 //

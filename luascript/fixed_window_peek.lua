@@ -14,23 +14,24 @@
 -- write it tried (no-writes).
 
 if #KEYS ~= 1 or #ARGV ~= 3 then
-  return invalid('want 1 key and 3 arguments')
+  return fail('INVALID', 'want 1 key and 3 arguments')
 end
 local key = KEYS[1]
 local limit_s, window_s, strict = ARGV[1], ARGV[2], ARGV[3]
 
-local limit, e = window_shape(limit_s, window_s)
-if not limit then
-  return e
+if not dec(limit_s, 1, MAX_LIMIT) then
+  return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
+end
+if not dec(window_s, 1, MAX_WINDOW_MS) then
+  return fail('INVALID', 'window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
 end
 if strict ~= '0' and strict ~= '1' then
-  return invalid('strict must be 0 or 1')
+  return fail('INVALID', 'strict must be 0 or 1')
 end
 
-local f
-f, e = read('window', 'HMGET', key, 'used', 'policy')
-if not f then
-  return e
+local f = redis.pcall('HMGET', key, 'used', 'policy')
+if f.err then
+  return failed_read('window', f)
 end
 local pttl = redis.call('PTTL', key)
 if pttl == -2 then
@@ -38,10 +39,12 @@ if pttl == -2 then
 end
 
 local used = dec(f[1], 0, MAX_LIMIT)
-if not used or type(f[2]) ~= 'string' or not string.match(f[2], '^[0-9]+:[0-9]+$') then
-  return not_ours('window', 'a hash with other fields')
+local policy = limit_s .. ':' .. window_s
+-- The stored policy is well formed when it is this call's (the usual case).
+if not used or f[2] ~= policy and (type(f[2]) ~= 'string' or not string.find(f[2], '^%d+:%d+$')) then
+  return fail('WRONGTYPE', NOT_OURS .. 'window: a hash with other fields')
 end
-if strict == '1' and f[2] ~= limit_s .. ':' .. window_s then
-  return redis.error_reply('POLICY live window has limit:window_ms ' .. f[2])
+if strict == '1' and f[2] ~= policy then
+  return fail('POLICY', 'live window has limit:window_ms ' .. f[2])
 end
 return {1, used, pttl}

@@ -30,35 +30,39 @@
 -- full: nothing is ever half-written. Keep that order when changing a path.
 
 if #KEYS ~= 1 or #ARGV ~= 6 then
-  return invalid('want 1 key and 6 arguments')
+  return fail('INVALID', 'want 1 key and 6 arguments')
 end
 local key = KEYS[1]
 local limit_s, window_s, cost_s, maxids_s, strict, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 
-local limit, window = window_shape(limit_s, window_s)
+local limit = dec(limit_s, 1, MAX_LIMIT)
 if not limit then
-  return window
+  return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
+end
+local window = dec(window_s, 1, MAX_WINDOW_MS)
+if not window then
+  return fail('INVALID', 'window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
 end
 local cost = dec(cost_s, 1, limit)
 if not cost then
-  return invalid('cost must be a decimal in 1..limit')
+  return fail('INVALID', 'cost must be a decimal in 1..limit')
 end
 local maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
 if not maxids then
-  return invalid('max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
+  return fail('INVALID', 'max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
 end
 if strict ~= '0' and strict ~= '1' then
-  return invalid('strict must be 0 or 1')
+  return fail('INVALID', 'strict must be 0 or 1')
 end
-if id ~= '' and not valid_id(id) then
-  return invalid_id()
+if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID)) then
+  return fail('INVALID', REQUEST_ID_RULE)
 end
 
 local policy = limit_s .. ':' .. window_s
 
-local f, e = read('window', 'HMGET', key, 'used', 'policy', 'ids', 'r:' .. id)
-if not f then
-  return e
+local f = redis.pcall('HMGET', key, 'used', 'policy', 'ids', 'r:' .. id)
+if f.err then
+  return failed_read('window', f)
 end
 local pttl = redis.call('PTTL', key)
 
@@ -77,8 +81,9 @@ end
 local used = dec(f[1], 0, MAX_LIMIT)
 -- ids absent counts as 0 so a window written without it stays usable.
 local ids = dec(f[3] or '0', 0, MAX_REQUEST_IDS)
-if not used or not ids or type(f[2]) ~= 'string' or not string.match(f[2], '^[0-9]+:[0-9]+$') then
-  return not_ours('window', 'a hash with other fields')
+-- The stored policy is well formed when it is this call's (the usual case).
+if not used or not ids or f[2] ~= policy and (type(f[2]) ~= 'string' or not string.find(f[2], '^%d+:%d+$')) then
+  return fail('WRONGTYPE', NOT_OURS .. 'window: a hash with other fields')
 end
 
 -- A window without a TTL would hold its quota forever, so it gets one on
@@ -87,23 +92,23 @@ local healed = 0
 if pttl == -1 then
   -- The window's own length when it is sane, not this caller's: a caller
   -- refused for other limits must not decide how long the window lives.
-  local own = dec(string.match(f[2], ':([0-9]+)$'), 1, MAX_WINDOW_MS) or window
+  local own = dec(string.match(f[2], ':(%d+)$'), 1, MAX_WINDOW_MS) or window
   redis.call('PEXPIRE', key, own)
   pttl, healed = own, 1
 end
 
 if strict == '1' and f[2] ~= policy then
-  return refuse(healed, 'POLICY live window has limit:window_ms ' .. f[2])
+  return fail('POLICY', 'live window has limit:window_ms ' .. f[2], healed)
 end
 
 if id ~= '' and f[4] then
-  local rc, ru = string.match(f[4], '^([0-9]+):([0-9]+)$')
+  local rc, ru = string.match(f[4], '^(%d+):(%d+)$')
   ru = dec(ru, 1, MAX_LIMIT)
   if not ru then
-    return refuse(healed, 'WRONGTYPE key is not a quotad window: malformed request id record')
+    return fail('WRONGTYPE', NOT_OURS .. 'window: malformed request id record', healed)
   end
   if rc ~= cost_s then
-    return refuse(healed, 'CONFLICT request id was accepted with cost ' .. rc)
+    return fail('CONFLICT', 'request id was accepted with cost ' .. rc, healed)
   end
   return {1, ru, 1, pttl, healed}
 end
@@ -113,14 +118,22 @@ if used + cost > limit then
   return {0, used, 0, pttl, healed}
 end
 
--- Sums stay below 2^31, which tostring's 14 significant digits print exactly.
+if id ~= '' and ids >= maxids then
+  return fail('REQUEST_IDS_FULL', 'window holds ' .. ids .. ' request ids', healed)
+end
+
+-- Sums stay below 2^31, which tostring's 14 significant digits print
+-- exactly. The policy is written only when it changed.
 used = used + cost
 if id == '' then
-  redis.call('HSET', key, 'used', used, 'policy', policy)
-else
-  if ids >= maxids then
-    return refuse(healed, 'REQUEST_IDS_FULL window holds ' .. ids .. ' request ids')
+  if f[2] == policy then
+    redis.call('HSET', key, 'used', used)
+  else
+    redis.call('HSET', key, 'used', used, 'policy', policy)
   end
+elseif f[2] == policy then
+  redis.call('HSET', key, 'used', used, 'ids', ids + 1, 'r:' .. id, cost_s .. ':' .. used)
+else
   redis.call('HSET', key, 'used', used, 'policy', policy, 'ids', ids + 1, 'r:' .. id, cost_s .. ':' .. used)
 end
 return {1, used, 0, pttl, healed}

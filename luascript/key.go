@@ -6,6 +6,7 @@ package luascript
 //	<prefix>fw:{i:<subject>}            window of an inline limit
 //	<prefix>tb:{p:<policy>:<subject>}   token bucket, likewise
 //	<prefix>cc:{p:<policy>:<subject>}   concurrency leases, likewise
+//	<prefix>sw:{p:<policy>:<subject>}   sliding window, likewise (SlidingWindowKey)
 //	<prefix>cal:{p:<policy>:<subject>}:<start ms>
 //	                                    calendar window of the period starting then
 //
@@ -80,6 +81,11 @@ var Layouts = []Layout{
 	// Six state fields; each record also has a q:<n> queue entry.
 	{Tag: "tb", Algorithm: "token_bucket", IDMatch: "r:*", Fixed: 6},
 	{Tag: "cc", Algorithm: "concurrency"},
+	// s, c, p, policy, ids, qh and qt; each record also has a q:<n> queue
+	// entry. Its policy field gives the window: a key lives two windows at
+	// most, so a TTL of one window, which doctor --fix gives, only ever
+	// forgets use early.
+	{Tag: "sw", Algorithm: "sliding_window", IDMatch: "r:*", Fixed: 7, WindowField: "policy"},
 	// used, policy and ids; the key's last part names its period.
 	{Tag: "cal", Algorithm: "calendar", IDMatch: "r:*", Fixed: 3},
 }

@@ -19,6 +19,7 @@ var scripts = []*script{
 	fixedWindowTake, fixedWindowPeek,
 	tokenBucketTake, tokenBucketPeek,
 	concurrencyTake, concurrencyPeek, concurrencyRelease,
+	slidingWindowTake, slidingWindowPeek,
 	calendarTake, calendarPeek,
 }
 

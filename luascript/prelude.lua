@@ -11,135 +11,83 @@
 --   MAX_REQUEST_ID_BYTES  a request id's length
 --   MAX_REQUEST_IDS       a max_ids argument
 --   MAX_EXACT             2^53 - 1, the largest integer a double holds exactly
+--   REQUEST_ID_RULE       the message that refuses a request id
 --
 -- Nothing here calls Redis until a script calls it, and nothing here
--- writes.
+-- writes. Redis runs the whole text on every call, and that shapes it:
+-- each helper is a closure made again on each run, and one that refers to
+-- a local costs more, so there are few helpers, none refers to a local,
+-- and gcra makes its own only when called; the checks of each script's
+-- arguments stay in the script, as plain code over dec and the bounds. A
+-- call of a C function (tonumber, string.*, math.*) costs more than a
+-- closure, so dec and redis_now convert with arithmetic, and patterns use
+-- string.find and %d.
 
--- A canonical decimal in lo..hi, else nil. The pattern refuses what
--- tonumber would take ("0x1", " 1", "1e0", "-1", "1.5"). At most 16 digits:
--- any hi is at most MAX_EXACT, and a longer string or one that tonumber
--- rounds lands above it, so every value returned is exact.
+-- A canonical decimal in lo..hi, else nil; s is a string, or nil or false
+-- (a field HMGET did not find, a pattern that did not match). The pattern
+-- refuses what tonumber would take ("0x1", " 1", "1e0", "-1", "1.5"). At
+-- most 16 digits: any hi is at most MAX_EXACT, and a longer string or one
+-- that tonumber rounds lands above it, so every value returned is exact.
+-- In every script's pattern, %d is an ASCII digit (Redis's Lua runs in the
+-- C locale), and cheaper to match than [0-9].
 local function dec(s, lo, hi)
-  if type(s) ~= 'string' or #s > 16 or not (s == '0' or string.match(s, '^[1-9][0-9]*$')) then
+  if not s or #s > 16 or not (s == '0' or string.find(s, '^[1-9]%d*$')) then
     return nil
   end
-  local n = tonumber(s)
+  -- Arithmetic converts a string as tonumber does, without a C call.
+  local n = s + 0
   if n < lo or n > hi then
     return nil
   end
   return n
 end
 
--- An error reply for an argument the script refuses.
-local function invalid(msg)
-  return redis.error_reply('INVALID ' .. msg)
+-- Starts the message of the scripts' own WRONGTYPE replies: the key is not
+-- the kind of hash the script keeps ('window', 'token bucket', 'lease
+-- set'). errors.go tells them from Redis's own WRONGTYPE by it.
+local NOT_OURS = 'key is not a quotad '
+
+-- Every error reply the scripts send: its code, its message, and when
+-- healed is 1 (the script restored a lost TTL first) the mark that says
+-- so, so that the caller can log and count the repair whatever the answer.
+local function fail(code, msg, healed)
+  if healed == 1 then
+    msg = msg .. ' TTL_RESTORED'
+  end
+  return redis.error_reply(code .. ' ' .. msg)
 end
 
--- True for a request id: 1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-].
-local function valid_id(id)
-  return #id >= 1 and #id <= MAX_REQUEST_ID_BYTES and string.match(id, '^[A-Za-z0-9_%-]+$') ~= nil
-end
-
-local function invalid_id()
-  return invalid('request id must be 1..' .. MAX_REQUEST_ID_BYTES .. ' of A-Z a-z 0-9 _ -')
-end
-
--- The scripts' own WRONGTYPE reply: the key is not the kind of hash the
--- script keeps ('window', 'token bucket', 'lease set'). errors.go tells it
--- from Redis's own WRONGTYPE by 'key is not a quotad '.
-local function not_ours(what, why)
-  return redis.error_reply('WRONGTYPE key is not a quotad ' .. what .. ': ' .. why)
-end
-
--- The WRONGTYPE guard. Runs one read of a script's key with redis.pcall,
--- rather than a TYPE call before it: a key of another type fails this one
--- read. Answers the read's value, or nil and the reply to return at once:
--- not_ours for a key of another type, Redis's own error for anything else.
-local function read(what, ...)
-  local r = redis.pcall(...)
-  if type(r) == 'table' and r.err then
-    if string.sub(r.err, 1, 10) == 'WRONGTYPE ' then
-      return nil, not_ours(what, 'it holds another type')
-    end
-    return nil, r
+-- The WRONGTYPE guard. A script reads its key once with redis.pcall,
+-- rather than a TYPE call before: a key of another type fails that one
+-- read. A failed read r is answered failed_read(what, r): our own
+-- WRONGTYPE (NOT_OURS .. what) for a key of another type, Redis's error as
+-- it is for anything else. Only a failed read calls it.
+local function failed_read(what, r)
+  if string.sub(r.err, 1, 10) == 'WRONGTYPE ' then
+    return redis.error_reply('WRONGTYPE key is not a quotad ' .. what .. ': it holds another type')
   end
   return r
 end
 
--- An error reply after the script may have restored a lost TTL (healed is
--- 1): the reply says so, so that the caller can log and count the repair
--- whatever the answer.
-local function refuse(healed, msg)
-  if healed == 1 then
-    msg = msg .. ' TTL_RESTORED'
-  end
-  return redis.error_reply(msg)
-end
+-- A request id is 1..MAX_REQUEST_ID_BYTES bytes that match REQUEST_ID;
+-- scripts refuse any other with REQUEST_ID_RULE.
+local REQUEST_ID = '^[A-Za-z0-9_%-]+$'
 
 -- Redis's clock (TIME): whole microseconds, and whole milliseconds.
--- Microseconds since 1970 stay far below 2^53.
+-- Microseconds since 1970 stay far below 2^53, so the arithmetic is exact
+-- (and converts TIME's decimal strings without a C call).
 local function redis_now()
   local t = redis.call('TIME')
-  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return us, math.floor(us / 1000)
-end
-
--- A fixed window's shape: limit per window_ms. Answers the numbers, or nil
--- and the reply to return.
-local function window_shape(limit_s, window_s)
-  local limit = dec(limit_s, 1, MAX_LIMIT)
-  if not limit then
-    return nil, invalid('limit must be a decimal in 1..' .. MAX_LIMIT)
-  end
-  local window = dec(window_s, 1, MAX_WINDOW_MS)
-  if not window then
-    return nil, invalid('window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-  end
-  return limit, window
-end
-
--- A token bucket's shape: rate per period_ms, burst at most, and a refill
--- time from empty (burst * period_ms / rate) that fits a key's TTL, which
--- bounds every time the bucket stores. Answers the numbers, or nil and the
--- reply to return.
-local function bucket_shape(rate_s, period_s, burst_s)
-  local rate = dec(rate_s, 1, MAX_LIMIT)
-  if not rate then
-    return nil, invalid('rate must be a decimal in 1..' .. MAX_LIMIT)
-  end
-  local period = dec(period_s, 1, MAX_WINDOW_MS)
-  if not period then
-    return nil, invalid('period_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-  end
-  local burst = dec(burst_s, 1, MAX_LIMIT)
-  if not burst then
-    return nil, invalid('burst must be a decimal in 1..' .. MAX_LIMIT)
-  end
-  if burst * period > MAX_WINDOW_MS * rate then
-    return nil, invalid('burst * period_ms / rate must be at most ' .. MAX_WINDOW_MS)
-  end
-  return rate, period, burst
-end
-
--- A lease set's shape: limit leases of lease_ms. Answers the numbers, or
--- nil and the reply to return.
-local function lease_shape(limit_s, lease_s)
-  local limit = dec(limit_s, 1, MAX_LEASES)
-  if not limit then
-    return nil, invalid('limit must be a decimal in 1..' .. MAX_LEASES)
-  end
-  local lease = dec(lease_s, 1, MAX_WINDOW_MS)
-  if not lease then
-    return nil, invalid('lease_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-  end
-  return limit, lease
+  local us = t[1] * 1000000 + t[2]
+  return us, (us - us % 1000) / 1000
 end
 
 -- The GCRA arithmetic of a bucket of that shape at now (µs), for the take
 -- and the peek. A time is (u, r): u + r/rate microseconds, 0 <= r < rate,
 -- so every sum and product is an integer under 2^53 and nothing is
 -- rounded: the bucket admits exactly burst + rate * elapsed / period
--- tokens. Built on call, so scripts that have no bucket pay nothing.
+-- tokens. Its helpers are made when it is called, so a script without a
+-- bucket pays for gcra alone.
 local function gcra(rate, period, burst, now)
   -- Exact integer quotient and remainder for 0 <= n < 2^53, 0 < d < 2^31.
   local function divmod(n, d)
@@ -183,7 +131,7 @@ local function gcra(rate, period, burst, now)
   end
   -- tau: how long a full bucket lasts.
   local tau_u, tau_r = span(burst)
-  local g = {}
+  local g = {span = span, add = add, sub = sub, le = le, tau_u = tau_u, tau_r = tau_r}
   -- The TAT stored as (tat, rem) and written under the stored policy, as
   -- this shape sees it now. rem counts 1/rate of a µs of the rate it was
   -- written under: for another policy it is rounded up to a whole µs, which
@@ -200,14 +148,6 @@ local function gcra(rate, period, burst, now)
       return now, 0
     end
     return tat, rem
-  end
-  -- A take of cost on the TAT (u, r): the TAT after it, the time it is
-  -- due (TAT + span(cost) - tau), and whether it is accepted: iff that time
-  -- is not after now.
-  function g.take(u, r, cost)
-    local nu, nr = add(u, r, span(cost))
-    local au, ar = sub(nu, nr, tau_u, tau_r)
-    return nu, nr, au, ar, le(au, ar, now, 0)
   end
   -- Whole milliseconds from now until (u, r), rounded up; 0 if not after now.
   function g.ms_until(u, r)
@@ -246,4 +186,134 @@ local function gcra(rate, period, burst, now)
     return n
   end
   return g
+end
+
+-- The sliding window's arithmetic, for its take and its peek: the helpers
+-- of a window of that many ms, made when called (as gcra's), so scripts
+-- without a sliding window pay for this one function alone.
+--
+-- Time is whole ms of Redis's clock. Periods of window ms are aligned to
+-- it: the period holding t starts at t - t % window, so every subject and
+-- every sidecar agree on them. At elapsed ms into a period, with prev
+-- units accepted in the period before and cur in this one, the use of the
+-- last window ms is estimated as prev * (window - elapsed) / window + cur,
+-- and a take of cost is accepted iff estimate + cost <= limit. cur and cost
+-- being whole, that is share + cur + cost <= limit, share being the first
+-- term rounded up, so the scripts compare integers only.
+--
+-- The weight (window - elapsed) / window is never a float: a float weight
+-- (or one scaled to a fixed number of steps) rounds, by an error that grows
+-- with prev and the window's length, and would differ between a take and
+-- its retry_after_ms. It stays a ratio of integers. prev * (window -
+-- elapsed) reaches 2^62, past the 2^53 a double holds exactly, so muldiv
+-- forms the product in two halves and every quotient and remainder is
+-- exact, for every limit and window the bounds allow.
+local function sliding_window(window)
+  local w = {}
+  -- Exact quotient and remainder, 0 <= n < 2^53, 0 < d < 2^53: n / d is
+  -- rounded once, so its floor is off by at most one.
+  local function quorem(n, d)
+    local q = math.floor(n / d)
+    local r = n - q * d
+    if r < 0 then
+      q, r = q - 1, r + d
+    elseif r >= d then
+      q, r = q + 1, r - d
+    end
+    return q, r
+  end
+  -- floor(a * b / d) and its remainder, exactly, for 0 <= a < 2^31 and
+  -- 0 <= b, d < 2^32 (d > 0). a = hi * 65536 + lo: hi * b < 2^47, and
+  -- r1 * 65536 + lo * b < 2^49, so every step is an exact integer.
+  local function muldiv(a, b, d)
+    local hi = math.floor(a / 65536)
+    local lo = a - hi * 65536
+    local q1, r1 = quorem(hi * b, d)
+    local q2, r2 = quorem(r1 * 65536 + lo * b, d)
+    return q1 * 65536 + q2, r2
+  end
+  -- prev's share of the estimate, elapsed ms into a period, rounded up.
+  function w.share(prev, elapsed)
+    if prev == 0 or elapsed >= window then
+      return 0
+    end
+    local q, r = muldiv(prev, window - elapsed, window)
+    if r > 0 then
+      q = q + 1
+    end
+    return q
+  end
+  -- The counts at now of a hash whose current period started at s, with c
+  -- units in it and p in the period before, written under a window of
+  -- stored ms: prev, cur, the start of now's period and the ms elapsed in
+  -- it. A period that ended a window ago or more counts nothing. A stored
+  -- period after now's (Redis's clock went back, as after a failover to a
+  -- replica whose clock is behind) counts in full, as at its own start, so
+  -- going back in time frees nothing. Under another window (a named
+  -- policy's window changed) the periods do not line up: the old estimate
+  -- at now, rounded up, becomes the current period's count, so what
+  -- counted at the change counts for a window more and nothing is freed.
+  function w.state(now, s, c, p, stored)
+    local _, off = quorem(now, window)
+    local start = now - off
+    if stored ~= window then
+      local o = sliding_window(stored)
+      local prev, cur, _, elapsed = o.state(now, s, c, p, stored)
+      return 0, o.share(prev, elapsed) + cur, start, off
+    end
+    if s == start then
+      return p, c, start, off
+    elseif s == start - window then
+      return c, 0, start, off
+    elseif s < start then
+      return 0, 0, start, off
+    end
+    return p, c, s, 0
+  end
+  -- ms from now until the whole use has slid out: cur counts until the
+  -- end of the next period, prev until the end of this one; 0 for none.
+  function w.reset(now, prev, cur, start)
+    if cur > 0 then
+      return start + 2 * window - now
+    elseif prev > 0 then
+      return start + window - now
+    end
+    return 0
+  end
+  -- ms from now until a take of cost fits if nothing else is taken: the
+  -- least t >= now with share(t) + cur(t) + cost <= limit; 0 when it fits
+  -- now. The estimate only falls with time (prev's weight falls by
+  -- 1/window a ms; at the boundary cur becomes prev at full weight and cur
+  -- is 0), so the first such instant has a closed form, in this period or
+  -- the next:
+  --
+  --   this period, elapsed x:  prev * (window - x) <= R * window,
+  --                            R = limit - cur - cost >= 0
+  --                            <=>  x >= window - floor(R * window / prev)
+  --   next period, elapsed y:  cur * (window - y) <= R' * window,
+  --                            R' = limit - cost >= 0 (cost <= limit)
+  --                            <=>  y >= window - floor(R' * window / cur)
+  --
+  -- A bound of window itself is the start of the period after, where the
+  -- take fits. R < prev and R' < cur where muldiv is called, so its
+  -- quotient is below window and its bounds hold.
+  function w.retry(limit, now, prev, cur, start, elapsed, cost)
+    local r = limit - cur - cost
+    local at
+    if r >= 0 then
+      if r >= prev then
+        return 0
+      end
+      at = start + math.max(window - muldiv(r, window, prev), elapsed)
+    else
+      r = limit - cost
+      local y = 0
+      if r < cur then
+        y = window - muldiv(r, window, cur)
+      end
+      at = start + window + y
+    end
+    return math.max(at - now, 0)
+  end
+  return w
 end

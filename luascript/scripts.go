@@ -40,6 +40,7 @@ func boundsLua() string {
 	} {
 		b.WriteString("local " + c.name + " = " + strconv.FormatInt(c.v, 10) + "\n")
 	}
+	b.WriteString("local REQUEST_ID_RULE = " + strconv.Quote(limits.RequestIDRule) + "\n")
 	return b.String()
 }
 

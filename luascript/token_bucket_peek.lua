@@ -16,36 +16,49 @@
 -- write it tried (no-writes).
 
 if #KEYS ~= 1 or #ARGV ~= 4 then
-  return invalid('want 1 key and 4 arguments')
+  return fail('INVALID', 'want 1 key and 4 arguments')
 end
 local key = KEYS[1]
 local rate_s, period_s, burst_s, strict = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-local rate, period, burst = bucket_shape(rate_s, period_s, burst_s)
+local rate = dec(rate_s, 1, MAX_LIMIT)
 if not rate then
-  return period
+  return fail('INVALID', 'rate must be a decimal in 1..' .. MAX_LIMIT)
+end
+local period = dec(period_s, 1, MAX_WINDOW_MS)
+if not period then
+  return fail('INVALID', 'period_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
+end
+local burst = dec(burst_s, 1, MAX_LIMIT)
+if not burst then
+  return fail('INVALID', 'burst must be a decimal in 1..' .. MAX_LIMIT)
+end
+-- The refill time from empty bounds every time the bucket stores.
+if burst * period > MAX_WINDOW_MS * rate then
+  return fail('INVALID', 'burst * period_ms / rate must be at most ' .. MAX_WINDOW_MS)
 end
 if strict ~= '0' and strict ~= '1' then
-  return invalid('strict must be 0 or 1')
+  return fail('INVALID', 'strict must be 0 or 1')
 end
 local policy = rate_s .. ':' .. period_s .. ':' .. burst_s
 
 local now = redis_now()
 
-local f, e = read('token bucket', 'HMGET', key, 'tat', 'rem', 'policy')
-if not f then
-  return e
+local f = redis.pcall('HMGET', key, 'tat', 'rem', 'policy')
+if f.err then
+  return failed_read('token bucket', f)
 end
 if redis.call('EXISTS', key) == 0 then
   return {burst, 0}
 end
 local tat = dec(f[1], 0, MAX_EXACT)
 local rem = dec(f[2], 0, MAX_LIMIT)
-if not tat or not rem or type(f[3]) ~= 'string' or not string.match(f[3], '^[0-9]+:[0-9]+:[0-9]+$') then
-  return not_ours('token bucket', 'a hash with other fields')
+-- The stored policy is well formed when it is this call's (the usual case).
+if not tat or not rem or f[3] ~= policy and (type(f[3]) ~= 'string' or not string.find(f[3], '^%d+:%d+:%d+$')) then
+  return fail('WRONGTYPE', NOT_OURS .. 'token bucket: a hash with other fields')
 end
 if strict == '1' and f[3] ~= policy then
-  return redis.error_reply('POLICY live bucket has rate:period_ms:burst ' .. f[3])
+  return fail('POLICY', 'live bucket has rate:period_ms:burst ' .. f[3])
 end
 local g = gcra(rate, period, burst, now)
 tat, rem = g.rebase(tat, rem, f[3] == policy)

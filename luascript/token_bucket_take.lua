@@ -23,8 +23,9 @@
 -- that heals a bucket without TTL, after which the replies may be POLICY,
 -- WRONGTYPE (a malformed record), CONFLICT or REQUEST_IDS_FULL, each marked
 -- TTL_RESTORED; or the HSET that applies an accepted take. Forgetting old
--- records is planned with reads only, REQUEST_IDS_FULL is decided on that
--- plan, and only then come the HSET, the HDEL of the plan and the PEXPIRE.
+-- records is planned with reads only (an HGET per queue entry looked at,
+-- one HMGET of the records), REQUEST_IDS_FULL is decided on that plan, and
+-- only then come the HSET, one HDEL of the plan and the PEXPIRE.
 -- A refused take therefore forgets nothing; the next accepted one does.
 --
 -- Under maxmemory (noeviction) the HSET, the first write that may grow
@@ -32,42 +33,54 @@
 -- leaves a bucket untouched (but for a restored TTL) or decides in full.
 
 if #KEYS ~= 1 or #ARGV ~= 8 then
-  return invalid('want 1 key and 8 arguments')
+  return fail('INVALID', 'want 1 key and 8 arguments')
 end
 local key = KEYS[1]
 local rate_s, period_s, burst_s, cost_s, dedupe_s, maxids_s, strict, id =
   ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
-local rate, period, burst = bucket_shape(rate_s, period_s, burst_s)
+local rate = dec(rate_s, 1, MAX_LIMIT)
 if not rate then
-  return period
+  return fail('INVALID', 'rate must be a decimal in 1..' .. MAX_LIMIT)
+end
+local period = dec(period_s, 1, MAX_WINDOW_MS)
+if not period then
+  return fail('INVALID', 'period_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
+end
+local burst = dec(burst_s, 1, MAX_LIMIT)
+if not burst then
+  return fail('INVALID', 'burst must be a decimal in 1..' .. MAX_LIMIT)
+end
+-- The refill time from empty bounds every time the bucket stores.
+if burst * period > MAX_WINDOW_MS * rate then
+  return fail('INVALID', 'burst * period_ms / rate must be at most ' .. MAX_WINDOW_MS)
 end
 local cost = dec(cost_s, 1, burst)
 if not cost then
-  return invalid('cost must be a decimal in 1..burst')
+  return fail('INVALID', 'cost must be a decimal in 1..burst')
 end
 local dedupe = dec(dedupe_s, 1, MAX_WINDOW_MS)
 if not dedupe then
-  return invalid('dedupe_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
+  return fail('INVALID', 'dedupe_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
 end
 local maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
 if not maxids then
-  return invalid('max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
+  return fail('INVALID', 'max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
 end
 if strict ~= '0' and strict ~= '1' then
-  return invalid('strict must be 0 or 1')
+  return fail('INVALID', 'strict must be 0 or 1')
 end
-if id ~= '' and not valid_id(id) then
-  return invalid_id()
+if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID)) then
+  return fail('INVALID', REQUEST_ID_RULE)
 end
 local policy = rate_s .. ':' .. period_s .. ':' .. burst_s
 
 local now, now_ms = redis_now()
 local g = gcra(rate, period, burst, now)
 
-local f, e = read('token bucket', 'HMGET', key, 'tat', 'rem', 'policy', 'ids', 'qh', 'qt', 'r:' .. id)
-if not f then
-  return e
+local f = redis.pcall('HMGET', key, 'tat', 'rem', 'policy', 'ids', 'qh', 'qt', 'r:' .. id)
+if f.err then
+  return failed_read('token bucket', f)
 end
 local pttl = redis.call('PTTL', key)
 
@@ -79,9 +92,10 @@ if pttl ~= -2 then
   ids = dec(f[4] or '0', 0, MAX_REQUEST_IDS)
   qh = dec(f[5] or '0', 0, MAX_EXACT)
   qt = dec(f[6] or '0', 0, MAX_EXACT)
-  if not (tat and rem and ids and qh and qt and qh <= qt) or type(stored) ~= 'string'
-      or not string.match(stored, '^[0-9]+:[0-9]+:[0-9]+$') then
-    return not_ours('token bucket', 'a hash with other fields')
+  -- The stored policy is well formed when it is this call's (the usual case).
+  if not (tat and rem and ids and qh and qt and qh <= qt) or stored ~= policy
+      and (type(stored) ~= 'string' or not string.find(stored, '^%d+:%d+:%d+$')) then
+    return fail('WRONGTYPE', NOT_OURS .. 'token bucket: a hash with other fields')
   end
 end
 tat, rem = g.rebase(tat, rem, pttl == -2 or stored == policy)
@@ -101,25 +115,27 @@ if pttl == -1 then
 end
 
 if strict == '1' and stored and stored ~= policy then
-  return refuse(healed, 'POLICY live bucket has rate:period_ms:burst ' .. stored)
+  return fail('POLICY', 'live bucket has rate:period_ms:burst ' .. stored, healed)
 end
 
 if id ~= '' and f[7] then
-  local rc, rr, rx = string.match(f[7], '^([0-9]+):([0-9]+):([0-9]+)$')
+  local rc, rr, rx = string.match(f[7], '^(%d+):(%d+):(%d+)$')
   rx = dec(rx, 0, MAX_EXACT)
   if not rx or not dec(rr, 0, MAX_LIMIT) then
-    return refuse(healed, 'WRONGTYPE key is not a quotad token bucket: malformed request id record')
+    return fail('WRONGTYPE', NOT_OURS .. 'token bucket: malformed request id record', healed)
   end
   if rx > now_ms then
     if rc ~= cost_s then
-      return refuse(healed, 'CONFLICT request id was accepted with cost ' .. rc)
+      return fail('CONFLICT', 'request id was accepted with cost ' .. rc, healed)
     end
-    return {1, 1, tonumber(rr), g.ms_until(tat, rem), 0, healed}
+    return {1, 1, rr + 0, g.ms_until(tat, rem), 0, healed}
   end
 end
 
-local new_u, new_r, at_u, at_r, ok = g.take(tat, rem, cost)
-if not ok then
+-- Accepted iff the take is due by now: TAT + span(cost) - tau <= now.
+local new_u, new_r = g.add(tat, rem, g.span(cost))
+local at_u, at_r = g.sub(new_u, new_r, g.tau_u, g.tau_r)
+if not g.le(at_u, at_r, now, 0) then
   return {0, 0, g.tokens(tat, rem), g.ms_until(tat, rem), g.ms_until(at_u, at_r), healed}
 end
 
@@ -128,49 +144,49 @@ end
 -- records stay bounded. Queue entries are "<id>:<expiry ms>"; a record
 -- renewed after its entry was queued is newer than the entry and stays.
 -- This take's own id is overwritten below, never forgotten.
-local drop, popped = {}, 0
-if qh < qt then
-  local qf = {}
-  for i = 0, math.min(3, qt - qh) - 1 do
-    qf[i + 1] = 'q:' .. string.format('%d', qh + i)
+local drop, popped, rf = nil, 0, nil
+while popped < 3 and qh + popped < qt do
+  local qf = 'q:' .. string.format('%d', qh + popped)
+  local qid, qx = string.match(redis.call('HGET', key, qf) or '', '^(.+):(%d+)$')
+  qx = dec(qx, 0, MAX_EXACT)
+  if qx and qx > now_ms then
+    break
   end
-  local qs = redis.call('HMGET', key, unpack(qf))
-  local rf, seen = {}, {}
-  for i = 1, #qf do
-    local qid, qx = string.match(qs[i] or '', '^(.+):([0-9]+)$')
-    qx = dec(qx, 0, MAX_EXACT)
-    if qx and qx > now_ms then
-      break
-    end
-    drop[#drop + 1] = qf[i]
-    popped = popped + 1
-    if qid and qid ~= id and not seen[qid] then
-      seen[qid] = true
-      rf[#rf + 1] = 'r:' .. qid
-    end
+  drop = drop or {}
+  drop[#drop + 1] = qf
+  popped = popped + 1
+  if qid and qid ~= id then
+    rf = rf or {}
+    rf[#rf + 1] = 'r:' .. qid
   end
-  if #rf > 0 then
-    local recs = redis.call('HMGET', key, unpack(rf))
-    for i = 1, #rf do
-      local rec = recs[i]
-      local rx = rec and dec(string.match(rec, ':([0-9]+)$'), 0, MAX_EXACT)
-      if rec and (not rx or rx <= now_ms) then
-        drop[#drop + 1] = rf[i]
-        ids = math.max(ids - 1, 0)
-      end
+end
+if rf then
+  -- A record named twice in the queue is looked at once.
+  local recs = redis.call('HMGET', key, unpack(rf))
+  local seen = {}
+  for i = 1, #rf do
+    local rec = recs[i]
+    local rx = rec and dec(string.match(rec, ':(%d+)$'), 0, MAX_EXACT)
+    if rec and not seen[rf[i]] and (not rx or rx <= now_ms) then
+      seen[rf[i]] = true
+      drop[#drop + 1] = rf[i]
+      ids = math.max(ids - 1, 0)
     end
   end
 end
 qh = qh + popped
 
 local remaining = g.tokens(new_u, new_r)
-local fields = {'tat', string.format('%d', new_u), 'rem', string.format('%d', new_r), 'policy', policy}
+local fields = {'tat', string.format('%d', new_u), 'rem', string.format('%d', new_r)}
+if stored ~= policy then
+  fields[5], fields[6] = 'policy', policy
+end
 local ttl = g.ms_until(new_u, new_r)
 if id ~= '' then
   -- An expired record of this id is overwritten, so it is not counted again.
   local fresh = not f[7]
   if fresh and ids >= maxids then
-    return refuse(healed, 'REQUEST_IDS_FULL bucket holds ' .. ids .. ' request ids')
+    return fail('REQUEST_IDS_FULL', 'bucket holds ' .. ids .. ' request ids', healed)
   end
   if fresh then
     ids = ids + 1
@@ -192,7 +208,7 @@ fields[#fields + 1] = string.format('%d', qt)
 -- The HSET first (see the top): the fields it writes (this id's record, the
 -- queue's new tail) are never among those dropped.
 redis.call('HSET', key, unpack(fields))
-if #drop > 0 then
+if drop then
   redis.call('HDEL', key, unpack(drop))
 end
 redis.call('PEXPIRE', key, math.max(ttl, pttl, 1))

@@ -16,6 +16,10 @@ const (
 	AlgorithmConcurrency = protocol.AlgorithmConcurrency
 )
 
+// AlgorithmSlidingWindow has the fixed window's fields: limit, window and
+// max_request_ids.
+const AlgorithmSlidingWindow = protocol.AlgorithmSlidingWindow
+
 // foreignFields refuses a field that belongs to another algorithm, so a
 // policy never silently ignores what its author meant to set. Names a known
 // algorithm only; an unknown one is reported by the caller.
@@ -41,6 +45,8 @@ func foreignFields(algo string, fp filePolicy, fail func(field, msg string) erro
 		own = []string{"rate", "period", "burst", "dedupe", "max_request_ids"}
 	case AlgorithmConcurrency:
 		own = []string{"limit", "lease"}
+	case AlgorithmSlidingWindow:
+		own = []string{"limit", "window", "max_request_ids"}
 	case AlgorithmCalendar:
 		own = calendarOwn
 	default:

@@ -382,10 +382,13 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 		return buildTokenBucket(p, fp, fail)
 	case AlgorithmConcurrency:
 		return buildConcurrency(p, fp, fail)
+	case AlgorithmSlidingWindow:
+		// limit, window and max_request_ids, read below as for the fixed
+		// window.
 	case AlgorithmCalendar:
 		return buildCalendar(p, fp, fail)
 	default:
-		return nil, fail("algorithm", "unknown algorithm "+quote(p.Algorithm)+" (supported: fixed_window, token_bucket, concurrency, calendar)")
+		return nil, fail("algorithm", "unknown algorithm "+quote(p.Algorithm)+" (supported: fixed_window, token_bucket, concurrency, sliding_window, calendar)")
 	}
 	if fp.Limit.IsZero() {
 		return nil, fail("limit", "is required")
@@ -426,6 +429,8 @@ func (p *Policy) Shape() limits.Shape {
 		return limits.Bucket{Rate: p.Rate, PeriodMS: p.PeriodMS, Burst: p.Burst}
 	case limits.Concurrency:
 		return limits.Leases{Limit: p.Limit, LeaseMS: p.LeaseMS}
+	case limits.SlidingWindow:
+		return limits.Sliding{Limit: p.Limit, WindowMS: p.WindowMS}
 	case limits.Calendar:
 		return p.calendar()
 	}

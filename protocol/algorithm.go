@@ -16,6 +16,9 @@ const (
 	AlgorithmCalendar    = limits.Calendar
 )
 
+// AlgorithmSlidingWindow is the two-window counter (limits.Sliding).
+const AlgorithmSlidingWindow = limits.SlidingWindow
+
 // MaxLeases bounds a concurrency limit (limits.MaxLeases).
 const MaxLeases = limits.MaxLeases
 
@@ -25,10 +28,11 @@ const algorithmFields = fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst 
 // inline fields each algorithm accepts; any other inline field is INVALID,
 // so a field meant for another algorithm is never silently ignored.
 var algorithmInline = map[string]field{
-	AlgorithmFixedWindow: fieldAlgorithm | fieldLimit | fieldWindowMS,
-	AlgorithmTokenBucket: fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst,
-	AlgorithmConcurrency: fieldAlgorithm | fieldLimit | fieldLeaseMS,
-	AlgorithmCalendar:    fieldAlgorithm | fieldLimit | calendarFields,
+	AlgorithmFixedWindow:   fieldAlgorithm | fieldLimit | fieldWindowMS,
+	AlgorithmTokenBucket:   fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst,
+	AlgorithmConcurrency:   fieldAlgorithm | fieldLimit | fieldLeaseMS,
+	AlgorithmSlidingWindow: fieldAlgorithm | fieldLimit | fieldWindowMS,
+	AlgorithmCalendar:      fieldAlgorithm | fieldLimit | calendarFields,
 }
 
 // validateAlgorithm checks the inline form of a request that gave an
@@ -43,7 +47,7 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 	}
 	allowed, ok := algorithmInline[algo]
 	if !ok {
-		return invalid("unknown algorithm " + strconv.Quote(algo) + ": one of fixed_window, token_bucket, concurrency, calendar")
+		return invalid("unknown algorithm " + strconv.Quote(algo) + ": one of fixed_window, token_bucket, concurrency, sliding_window, calendar")
 	}
 	inline := fieldLimit | fieldWindowMS | algorithmFields
 	if extra := r.fields & inline &^ allowed; extra != 0 {
@@ -68,6 +72,11 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 			return invalid("concurrency needs limit and lease_ms")
 		}
 		return invalidShape(limits.CheckConcurrency(r.Limit, r.LeaseMS))
+	case AlgorithmSlidingWindow:
+		if r.fields&fieldLimit == 0 || r.fields&fieldWindowMS == 0 {
+			return invalid("sliding_window needs limit and window_ms")
+		}
+		return invalidShape(limits.Sliding{Limit: r.Limit, WindowMS: r.WindowMS}.Check())
 	case AlgorithmCalendar:
 		return r.validateCalendar()
 	}
@@ -137,6 +146,8 @@ func (r *Request) InlineShape() limits.Shape {
 		return limits.Bucket{Rate: r.Rate, PeriodMS: r.PeriodMS, Burst: r.Burst}
 	case AlgorithmConcurrency:
 		return limits.Leases{Limit: r.Limit, LeaseMS: r.LeaseMS}
+	case AlgorithmSlidingWindow:
+		return limits.Sliding{Limit: r.Limit, WindowMS: r.WindowMS}
 	case AlgorithmCalendar:
 		return r.calendarShape()
 	}

@@ -41,6 +41,7 @@ func newMetrics(s *Server) *metrics {
 		}, func() float64 { return 1 }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newNodeUpCollector(s),
 	)
 	// Series that exist from the start, so a dashboard shows 0, not nothing.
 	for _, r := range []string{"ok", "failed"} {

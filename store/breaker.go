@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,6 +26,94 @@ const (
 	// maxCloseProbes bounds the probes in a row a flapping breaker needs.
 	maxCloseProbes = 16
 )
+
+// breaker is the health of one Redis: the whole of a single server or a
+// Sentinel's master, or one node of a Cluster (cluster.go). Its state is
+// healthUnknown until the first answer or failure, then up or down; while it
+// is down, calls fail fast, and only the background probe closes it again.
+type breaker struct {
+	health atomic.Int32
+	damper damper // when the breaker may close again
+	// lastErr is why Redis was last found down, for ping and for replies
+	// while there is no connection; nil while Redis is up.
+	lastErr atomic.Pointer[error]
+}
+
+// set moves the health to up or down and reports whether it changed, and
+// how many successful probes in a row close the breaker now. Only the probe
+// closes an open breaker: a call that started before it opened and was
+// answered late does not, so that the damping of a flapping Redis holds.
+func (b *breaker) set(up, probe bool, err error) (changed bool, need int) {
+	next := healthDown
+	if up {
+		next = healthUp
+	} else {
+		b.noteErr(false, err)
+	}
+	// Every call reports here: read first, so the steady state costs no
+	// write to a cache line all request goroutines share.
+	if b.health.Load() == next {
+		return false, 0
+	}
+	// The damper's lock makes opening and its bookkeeping one step, so a
+	// probe never counts toward closing a breaker whose damping is not set,
+	// and a late answer never closes a breaker that opened meanwhile.
+	b.damper.mu.Lock()
+	if up && !probe && b.health.Load() == healthDown {
+		b.damper.mu.Unlock()
+		return false, 0
+	}
+	prev := b.health.Swap(next)
+	if prev != next && !up {
+		b.damper.openedLocked(time.Now(), prev == healthUp)
+	}
+	need = max(b.damper.need, 1)
+	b.damper.mu.Unlock()
+	if prev == next {
+		return false, 0
+	}
+	if up {
+		b.noteErr(true, nil)
+	}
+	return true, need
+}
+
+// probed feeds a probe's outcome to the breaker: a failure opens it (or
+// keeps it open); while it is open, a success closes it once the damper
+// has seen enough successes in a row. It reports what set does.
+func (b *breaker) probed(err error) (changed bool, need int) {
+	if err != nil && !isRedisReply(err) {
+		b.damper.probeFailed()
+		return b.set(false, true, err)
+	}
+	if b.health.Load() == healthDown && !b.damper.probeOK(time.Now()) {
+		return false, 0
+	}
+	return b.set(true, true, nil)
+}
+
+// noteErr remembers why Redis is down, or forgets it once Redis is up. The
+// steady state costs one atomic read.
+func (b *breaker) noteErr(up bool, err error) {
+	if up {
+		if b.lastErr.Load() != nil {
+			b.lastErr.Store(nil)
+		}
+		return
+	}
+	if err != nil {
+		err = describeRedisErr(err)
+		b.lastErr.Store(&err)
+	}
+}
+
+// lastError is why Redis was last found down, or nil while it is up.
+func (b *breaker) lastError() error {
+	if p := b.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // damper is the breaker's memory between transitions. Its methods run on
 // the rare transitions and on probes, never on a healthy request's path.

@@ -160,27 +160,13 @@ func (e *untrustedCertError) Error() string {
 
 func (e *untrustedCertError) Unwrap() error { return e.err }
 
-// noteErr remembers why Redis is down, or forgets it once Redis is up. The
-// steady state costs one atomic read.
-func (s *Store) noteErr(up bool, err error) {
-	if up {
-		if s.lastErr.Load() != nil {
-			s.lastErr.Store(nil)
-		}
-		return
-	}
-	if err != nil {
-		err = describeRedisErr(err)
-		s.lastErr.Store(&err)
-	}
-}
-
-// LastError is why Redis was last found down, or nil while it is up.
+// LastError is why Redis was last found down, or nil while it is up. On a
+// Cluster it is the error of a slot owner that is down, naming the node.
 func (s *Store) LastError() error {
-	if p := s.lastErr.Load(); p != nil {
-		return *p
+	if ch := s.cluster.Load(); ch != nil {
+		return ch.lastError()
 	}
-	return nil
+	return s.lastError()
 }
 
 func errorText(err error) string {

@@ -34,16 +34,20 @@ const (
 // Redis unreachable or too slow, the breaker is open and Client fails fast
 // with ErrBreakerOpen, so callers are answered at once instead of each
 // waiting out the timeout. Only the background probe closes it (see damper).
+//
+// On a Redis Cluster each node that owns slots has a breaker of its own
+// (cluster.go): Check refuses a request only when the node serving its key
+// is down, so a dead master stops its own slots and no others.
 type Store struct {
 	kind   string
 	log    *zap.Logger
 	client atomic.Pointer[rueidis.Client]
-	health atomic.Int32 // healthUnknown until the first answer or failure
-	embed  *miniredis.Miniredis
-	damper damper // when the breaker may close again
-	// lastErr is why Redis was last found down, for ping and for replies
-	// while there is no connection; nil while Redis is up.
-	lastErr atomic.Pointer[error]
+	// breaker is the health of a single server or a Sentinel's master, and
+	// of the connection attempts before a Cluster is known.
+	breaker
+	// cluster is set, before client, when the client is a Cluster's.
+	cluster atomic.Pointer[clusterHealth]
+	embed   *miniredis.Miniredis
 
 	timeout time.Duration
 	stop    context.CancelFunc
@@ -146,6 +150,13 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	copt.ConnWriteTimeout = max(10*time.Second, 2*opts.Timeout)
 	copt.MaxFlushDelay = opts.FlushDelay
 	copt.DialCtxFn = rawio.Dialer(copt.DialCtxFn)
+	copt.RetryDelay = s.retryDelay
+	// On a Cluster, rueidis also re-reads its slot map periodically: it
+	// otherwise refreshes only after a failed call or connection, and a
+	// master that hangs instead of dying fails neither until its
+	// connection times out, so after the promotion calls would still go
+	// to it for ConnWriteTimeout.
+	copt.ClusterOption.ShardsRefreshInterval = routingRefresh(opts.ProbeInterval)
 	s.wg.Add(1)
 	go s.run(ctx, copt, opts.ProbeInterval)
 	return s, nil
@@ -155,14 +166,22 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 func (s *Store) Kind() string { return s.kind }
 
 // Up reports whether Redis answered the last call or probe. It is false
-// while the breaker is open.
-func (s *Store) Up() bool { return s.health.Load() == healthUp }
+// while the breaker is open. On a Cluster it is true when every node that
+// owns slots is up (the cluster serves every slot).
+func (s *Store) Up() bool {
+	if ch := s.cluster.Load(); ch != nil {
+		return ch.allUp()
+	}
+	return s.health.Load() == healthUp
+}
 
 // ProbeInterval is how often the background probe pings Redis.
 func (s *Store) ProbeInterval() time.Duration { return s.damper.every }
 
 // Client returns the rueidis client; ErrNotConnected before the first
-// connection, ErrBreakerOpen while Redis is down.
+// connection. On a single server or Sentinel it returns ErrBreakerOpen
+// while Redis is down; on a Cluster only while no node that owns slots is
+// known to be up (Check tells about one key's node).
 func (s *Store) Client() (rueidis.Client, error) {
 	c := s.client.Load()
 	if c == nil {
@@ -173,15 +192,42 @@ func (s *Store) Client() (rueidis.Client, error) {
 		}
 		return nil, ErrNotConnected
 	}
+	if ch := s.cluster.Load(); ch != nil {
+		if !ch.anyUp() {
+			return nil, ErrBreakerOpen
+		}
+		return *c, nil
+	}
 	if s.health.Load() == healthDown {
 		return nil, ErrBreakerOpen
 	}
 	return *c, nil
 }
 
-// Observe records the outcome of a call: an answer from Redis (even an error
-// reply) means it is up; a transport error or timeout means it is not.
-func (s *Store) Observe(err error) {
+// Check reports whether a call on key may be sent: nil when the Redis that
+// serves key is not known to be down. On a Cluster that is the node owning
+// key's slot, and the error (wrapping ErrBreakerOpen) names it; elsewhere it
+// is the one breaker. It costs a hash of the key and two atomic reads.
+func (s *Store) Check(key string) error {
+	if ch := s.cluster.Load(); ch != nil {
+		return ch.check(key)
+	}
+	if s.health.Load() == healthDown {
+		return ErrBreakerOpen
+	}
+	return nil
+}
+
+// Observe records the outcome of a call on key: an answer from Redis (even
+// an error reply) means the Redis serving key is up; a transport error or
+// timeout means it is not. On a Cluster a failure to reach another node
+// than key's slot owner (the client's slot map was older) counts against
+// that node.
+func (s *Store) Observe(key string, err error) {
+	if ch := s.cluster.Load(); ch != nil {
+		ch.observe(key, err)
+		return
+	}
 	if err == nil || isRedisReply(err) {
 		s.setUp(true, false, nil)
 		return
@@ -192,40 +238,18 @@ func (s *Store) Observe(err error) {
 	s.setUp(false, false, err)
 }
 
-// setUp moves the health to up or down. Only the probe closes an open
-// breaker: a call that started before it opened and was answered late does
-// not, so that the damping of a flapping Redis holds.
+// setUp moves the one breaker's health to up or down (see breaker.set) and
+// logs a change.
 func (s *Store) setUp(up, probe bool, err error) {
-	next := healthDown
-	if up {
-		next = healthUp
-	} else {
-		s.noteErr(false, err)
-	}
-	// Every call reports here: read first, so the steady state costs no
-	// write to a cache line all request goroutines share.
-	if s.health.Load() == next {
-		return
-	}
-	// The damper's lock makes opening and its bookkeeping one step, so a
-	// probe never counts toward closing a breaker whose damping is not set,
-	// and a late answer never closes a breaker that opened meanwhile.
-	s.damper.mu.Lock()
-	if up && !probe && s.health.Load() == healthDown {
-		s.damper.mu.Unlock()
-		return
-	}
-	prev := s.health.Swap(next)
-	if prev != next && !up {
-		s.damper.openedLocked(time.Now(), prev == healthUp)
-	}
-	need := max(s.damper.need, 1)
-	s.damper.mu.Unlock()
-	if prev == next {
+	changed, need := s.set(up, probe, err)
+	s.logChange(changed, up, need, err)
+}
+
+func (s *Store) logChange(changed, up bool, need int, err error) {
+	if !changed {
 		return
 	}
 	if up {
-		s.noteErr(true, nil)
 		s.log.Info("redis is up")
 	} else {
 		s.log.Warn("redis is down", zap.Error(err), zap.Int(keyCloseProbes, need))
@@ -237,10 +261,10 @@ func (s *Store) setUp(up, probe bool, err error) {
 func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.Duration) {
 	defer s.wg.Done()
 	backoff := 100 * time.Millisecond
-	for s.client.Load() == nil {
-		c, err := rueidis.NewClient(copt)
-		if err == nil {
-			s.client.Store(&c)
+	var c rueidis.Client
+	for {
+		var err error
+		if c, err = rueidis.NewClient(copt); err == nil {
 			break
 		}
 		err = describeRedisErr(err)
@@ -253,10 +277,23 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+	if c.Mode() == rueidis.ClientModeCluster {
+		ch := newClusterHealth(s.log, every, s.timeout, routingRefresh(every))
+		// The first slot map and node health before the client is
+		// published, so that Check never runs without them.
+		ch.probe(ctx, c)
+		ch.pings.Wait()
+		s.cluster.Store(ch)
+		s.client.Store(&c)
+		s.setUp(true, true, nil)
+		ch.run(ctx, c)
+		return
+	}
+	s.client.Store(&c)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		s.probe(ctx)
+		s.probe(ctx, c)
 		select {
 		case <-ctx.Done():
 			return
@@ -265,12 +302,7 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 	}
 }
 
-func (s *Store) probe(ctx context.Context) {
-	cp := s.client.Load()
-	if cp == nil {
-		return
-	}
-	c := *cp
+func (s *Store) probe(ctx context.Context, c rueidis.Client) {
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	err := c.Do(pctx, c.B().Ping().Build()).Error()
@@ -280,19 +312,10 @@ func (s *Store) probe(ctx context.Context) {
 	s.probed(err)
 }
 
-// probed feeds a probe's outcome to the breaker: a failure opens it (or
-// keeps it open); while it is open, a success closes it once the damper
-// has seen enough successes in a row.
+// probed feeds a probe's outcome to the one breaker (see breaker.probed).
 func (s *Store) probed(err error) {
-	if err != nil && !isRedisReply(err) {
-		s.damper.probeFailed()
-		s.setUp(false, true, err)
-		return
-	}
-	if s.health.Load() == healthDown && !s.damper.probeOK(time.Now()) {
-		return
-	}
-	s.setUp(true, true, nil)
+	changed, need := s.breaker.probed(err)
+	s.logChange(changed, err == nil || isRedisReply(err), need, err)
 }
 
 // Close stops probing and closes the client and the embedded store.

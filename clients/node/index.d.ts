@@ -7,11 +7,11 @@ export declare const DEFAULT_TIMEOUT_MS: number;
 export interface Address {
   /** A policy in the sidecar's config (instead of the inline fields). */
   policy?: string;
-  /** Fixed window and concurrency: the limit. */
+  /** Fixed window, sliding window and concurrency: the limit. */
   limit?: number;
-  /** Fixed window: the window in milliseconds. */
+  /** Fixed and sliding window: the window in milliseconds. */
   window_ms?: number;
-  algorithm?: 'fixed_window' | 'token_bucket' | 'concurrency' | 'calendar';
+  algorithm?: 'fixed_window' | 'token_bucket' | 'concurrency' | 'sliding_window' | 'calendar';
   /** Token bucket: tokens added per period_ms. */
   rate?: number;
   period_ms?: number;

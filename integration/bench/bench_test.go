@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,23 +49,91 @@ func TestMain(m *testing.M) {
 // every row and check must produce its line. The figures are not checked;
 // on a loaded machine they mean nothing at this scale.
 func TestBenchRunsEveryStep(t *testing.T) {
+	out := runBench(t, options{quotad: quotadBin, duration: 100 * time.Millisecond, rounds: 1})
+	want := []string{
+		"machine:", "main build: " + quotadBin, "1 rounds",
+		"pipelining, quotad vs in-process", "one at a time, quotad vs in-process",
+		"quotad CPU per decision", "Redis connections", "usec_per_call", "Redis CPU per decision",
+		"dec/script call", "RSS added by 20 idle connections", "2 clients that never read", "exhausted subject",
+	}
+	for _, r := range matrix {
+		want = append(want, r.name)
+	}
+	wantLines(t, out, want)
+	if strings.Contains(out, "baseline") {
+		t.Errorf("a run without -baseline mentions one:\n%s", out)
+	}
+	// Every lease the take+release rows release was granted a moment
+	// before and lives a minute.
+	if strings.Contains(out, string(freedNothing)) {
+		t.Errorf("a release found no lease to free:\n%s", out)
+	}
+}
+
+// TestBenchComparesABaselineBuild measures the same binary as both builds:
+// each must get its table and checks, and every quotad row its comparison.
+func TestBenchComparesABaselineBuild(t *testing.T) {
+	out := runBench(t, options{quotad: quotadBin, baseline: quotadBin, duration: 60 * time.Millisecond, rounds: 2})
+	_, comparison, ok := strings.Cut(out, "main build against the baseline build")
+	if !ok {
+		t.Fatalf("no comparison table:\n%s", out)
+	}
+	comparison, _, _ = strings.Cut(comparison, "\n\n")
+	want := []string{"decisions/s, main against baseline", "rounds' changes"}
+	for _, r := range matrix {
+		if r.sidecar {
+			want = append(want, r.name)
+		} else if strings.Contains(comparison, r.name) {
+			t.Errorf("the comparison has the in-process row %q", r.name)
+		}
+	}
+	wantLines(t, comparison, want)
+	wantLines(t, out, []string{
+		"main build: " + quotadBin, "baseline build: " + quotadBin, "baseline build, " + quotadBin + ":",
+		"main: pipelining, quotad vs in-process", "baseline: pipelining, quotad vs in-process",
+		"main: Redis calls per take on an exhausted subject", "baseline: Redis calls per take on an exhausted subject",
+	})
+}
+
+func TestPairedRatiosAreOfTheSameRound(t *testing.T) {
+	main := []sample{{rate: 110}, {rate: 90}, {rate: 300}}
+	base := []sample{{rate: 100}, {rate: 100}, {rate: 200}, {rate: 50}}
+	if got := pairedRatio(main, base, rate); math.Abs(got-1.1) > 1e-9 {
+		t.Errorf("pairedRatio = %v, want 1.1, the median of 1.1, 0.9 and 1.5", got)
+	}
+	if lo, hi := pairedRange(main, base, rate); math.Abs(lo-0.9) > 1e-9 || math.Abs(hi-1.5) > 1e-9 {
+		t.Errorf("pairedRange = %v, %v; want 0.9, 1.5", lo, hi)
+	}
+	// A round the baseline has no figure for counts for neither.
+	base[1].rate = 0
+	if lo, hi := pairedRange(main, base, rate); math.Abs(lo-1.1) > 1e-9 || math.Abs(hi-1.5) > 1e-9 {
+		t.Errorf("pairedRange without round 2 = %v, %v; want 1.1, 1.5", lo, hi)
+	}
+}
+
+func TestBenchRefusesAMissingBaseline(t *testing.T) {
 	var out bytes.Buffer
-	err := run(context.Background(), options{
-		quotad: quotadBin, duration: 300 * time.Millisecond, rounds: 2, subjects: 100,
-		idleConns: 20, floodConns: 2, floodFor: 200 * time.Millisecond,
-	}, &out)
-	if err != nil {
+	err := run(context.Background(), options{quotad: quotadBin, baseline: filepath.Join(t.TempDir(), "none"), rounds: 1}, &out)
+	if err == nil || !strings.Contains(err.Error(), "none") {
+		t.Fatalf("err = %v, want the missing baseline binary named", err)
+	}
+}
+
+func runBench(t *testing.T, o options) string {
+	t.Helper()
+	o.subjects, o.idleConns, o.floodConns, o.floodFor = 100, 20, 2, 200*time.Millisecond
+	var out bytes.Buffer
+	if err := run(context.Background(), o, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	for _, want := range []string{
-		"machine:", "2 rounds",
-		matrix[0].name, matrix[1].name, matrix[2].name, matrix[3].name, matrix[4].name,
-		"pipelining, quotad vs in-process", "one at a time, quotad vs in-process",
-		"quotad CPU per decision", "Redis connections", "usec_per_call",
-		"RSS added by 20 idle connections", "2 clients that never read", "exhausted subject",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+	return out.String()
+}
+
+func wantLines(t *testing.T, out string, want []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
 		}
 	}
 }

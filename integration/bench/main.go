@@ -1,12 +1,15 @@
 // Command bench is `make bench`: it starts a private redis-server, a quotad
-// sidecar on it, and an in-process rueidis client running the design
-// documents' original quota script on the same Redis, then measures them in
-// alternating rounds and prints one table. It asserts nothing; the figures
-// are for people, and the checks print "ok" or "FAIL" beside their targets.
+// sidecar on it (and a second, baseline build with -baseline), and an
+// in-process rueidis client running the design documents' original quota
+// script on the same Redis, then measures them in alternating rounds and
+// prints one table per build and, with a baseline, the change of every row.
+// It asserts nothing; the figures are for people, and the checks print "ok"
+// or "FAIL" beside their targets.
 //
 // Knobs (flags, or the environment variables make bench passes):
 // BENCH_DURATION per measurement, BENCH_ROUNDS, BENCH_SIDECAR_ARGS extra
-// `quotad serve` flags for trying tuning options.
+// `quotad serve` flags for trying tuning options (given to both builds),
+// BASELINE the second binary.
 package main
 
 import (
@@ -40,7 +43,10 @@ var originalSrc string
 
 // The workload every row runs: takes of cost 1 spread over subjects at
 // random, with a limit no row reaches within a measurement, so that every
-// decision is a full read-check-write.
+// decision is a full read-check-write. The token bucket holds and refills
+// as many tokens per window as the fixed window allows; a concurrency take
+// acquires a lease of its own, which outlives the measurement unless the
+// row releases it.
 const (
 	limit    = 10_000 // the original script's largest limit
 	windowMS = 60_000
@@ -48,6 +54,7 @@ const (
 
 type options struct {
 	quotad      string
+	baseline    string
 	duration    time.Duration
 	rounds      int
 	subjects    int
@@ -60,13 +67,14 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.quotad, "quotad", "bin/quotad", "quotad binary to measure")
+	flag.StringVar(&o.baseline, "baseline", os.Getenv("BASELINE"), "a second quotad binary measured in the same run, its rounds alternating with -quotad's (BASELINE)")
 	flag.DurationVar(&o.duration, "duration", envDuration("BENCH_DURATION", 5*time.Second), "length of each measurement (BENCH_DURATION)")
 	flag.IntVar(&o.rounds, "rounds", envInt("BENCH_ROUNDS", 3), "rounds of the matrix; the table shows medians (BENCH_ROUNDS)")
 	flag.IntVar(&o.subjects, "subjects", 10_000, "distinct subjects")
 	flag.IntVar(&o.idleConns, "idle-conns", 2000, "connections of the idle-memory check")
 	flag.IntVar(&o.floodConns, "flood-conns", 100, "connections of the flood check")
 	flag.DurationVar(&o.floodFor, "flood-duration", 5*time.Second, "length of the flood check")
-	flag.StringVar(&o.sidecarArgs, "sidecar-args", os.Getenv("BENCH_SIDECAR_ARGS"), "extra flags for quotad serve (BENCH_SIDECAR_ARGS)")
+	flag.StringVar(&o.sidecarArgs, "sidecar-args", os.Getenv("BENCH_SIDECAR_ARGS"), "extra flags for quotad serve, of both builds (BENCH_SIDECAR_ARGS)")
 	flag.Parse()
 	if err := run(context.Background(), o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -92,50 +100,96 @@ func envInt(name string, def int) int {
 type row struct {
 	name       string
 	sidecar    bool
-	conns      int // socket connections, or goroutines in process
+	algorithm  string // of a quotad row
+	conns      int    // socket connections, or goroutines in process
 	inflight   int
 	requestIDs bool
-	baseline   int // index of the in-process row this one is compared with; -1 for none
+	release    bool // concurrency: release every lease once its take is answered
+	inProcess  int  // index of the in-process row this one is compared with; -1 for none
 }
 
+// The rows the checks read.
+const (
+	rowPipelining = 0 // fixed window, 64 conns x 16
+	rowInProcPipe = 1
+	rowOneAtATime = 2 // fixed window, 16 conns x 1
+	rowInProcOne  = 3
+)
+
+// Every quotad row is compared with the in-process client of the same
+// shape, which runs the original fixed-window script with a request id on
+// every call. A concurrency take always has a request id: it names the
+// lease. A take+release row counts the replies to both as decisions.
 var matrix = []row{
-	{name: "quotad, pipelining 64 conns x 16", sidecar: true, conns: 64, inflight: 16, baseline: 1},
-	{name: "in-process, 1024 goroutines", conns: 1024, inflight: 1, baseline: -1},
-	{name: "quotad, one at a time 16 conns x 1", sidecar: true, conns: 16, inflight: 1, baseline: 3},
-	{name: "in-process, 16 goroutines", conns: 16, inflight: 1, baseline: -1},
-	{name: "quotad, pipelining 64x16, request ids", sidecar: true, conns: 64, inflight: 16, requestIDs: true, baseline: 1},
+	{name: "quotad, pipelining 64 conns x 16", sidecar: true, algorithm: "fixed_window", conns: 64, inflight: 16, inProcess: rowInProcPipe},
+	{name: "in-process, 1024 goroutines", conns: 1024, inflight: 1, inProcess: -1},
+	{name: "quotad, one at a time 16 conns x 1", sidecar: true, algorithm: "fixed_window", conns: 16, inflight: 1, inProcess: rowInProcOne},
+	{name: "in-process, 16 goroutines", conns: 16, inflight: 1, inProcess: -1},
+	{name: "quotad, pipelining 64x16, request ids", sidecar: true, algorithm: "fixed_window", conns: 64, inflight: 16, requestIDs: true, inProcess: rowInProcPipe},
+	{name: "quotad, one at a time 16x1, request ids", sidecar: true, algorithm: "fixed_window", conns: 16, inflight: 1, requestIDs: true, inProcess: rowInProcOne},
+	{name: "token bucket, 64x16", sidecar: true, algorithm: "token_bucket", conns: 64, inflight: 16, inProcess: rowInProcPipe},
+	{name: "token bucket, 64x16, request ids", sidecar: true, algorithm: "token_bucket", conns: 64, inflight: 16, requestIDs: true, inProcess: rowInProcPipe},
+	{name: "token bucket, 16x1", sidecar: true, algorithm: "token_bucket", conns: 16, inflight: 1, inProcess: rowInProcOne},
+	{name: "token bucket, 16x1, request ids", sidecar: true, algorithm: "token_bucket", conns: 16, inflight: 1, requestIDs: true, inProcess: rowInProcOne},
+	{name: "concurrency take, 64x16, request ids", sidecar: true, algorithm: "concurrency", conns: 64, inflight: 16, requestIDs: true, inProcess: rowInProcPipe},
+	{name: "concurrency take, 16x1, request ids", sidecar: true, algorithm: "concurrency", conns: 16, inflight: 1, requestIDs: true, inProcess: rowInProcOne},
+	{name: "concurrency take+release, 64x16", sidecar: true, algorithm: "concurrency", conns: 64, inflight: 16, requestIDs: true, release: true, inProcess: rowInProcPipe},
+	{name: "concurrency take+release, 16x1", sidecar: true, algorithm: "concurrency", conns: 16, inflight: 1, requestIDs: true, release: true, inProcess: rowInProcOne},
 }
 
 // sample is one measurement of one row.
 type sample struct {
-	rate       float64
-	p50, p99   time.Duration
-	errors     int64
-	sidecarCPU float64 // µs per decision
-	redisCPU   float64
-	clientCPU  float64
-	scriptUsec float64 // Redis's usec_per_call of the script
-	redisCalls float64 // Redis commands per decision, the script and those it ran
-	redisConns int     // connections of the measured client to Redis
-	sidecarRSS int64
-	decisions  int64
-	errorCodes map[protocol.Code]int64 // quotad rows only
+	rate        float64
+	p50, p99    time.Duration
+	errors      int64
+	sidecarCPU  float64 // µs per decision
+	redisCPU    float64
+	clientCPU   float64
+	scriptUsec  float64 // Redis's time per script call, of every script and flavour
+	redisCalls  float64 // Redis commands per decision, the script and those it ran
+	scriptCalls int64   // EVAL, EVALSHA and FCALL calls, of every flavour
+	redisConns  int     // connections of the measured client to Redis
+	sidecarRSS  int64
+	decisions   int64
+	errorCodes  map[protocol.Code]int64 // quotad rows only
+}
+
+// decPerScript is the decisions each script call made.
+func (s sample) decPerScript() float64 {
+	if s.scriptCalls == 0 {
+		return 0
+	}
+	return float64(s.decisions) / float64(s.scriptCalls)
+}
+
+// sidecar is one running quotad build.
+type sidecar struct {
+	label  string // "main" or "baseline"
+	bin    string
+	socket string
+	log    string
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
 type bench struct {
-	o       options
-	out     io.Writer
-	dir     string
-	redis   *redistest.Server
-	ctl     rueidis.Client
-	sidecar *exec.Cmd
-	socket  string
-	exited  chan struct{}
+	o        options
+	out      io.Writer
+	dir      string
+	redis    *redistest.Server
+	ctl      rueidis.Client
+	sidecars []*sidecar // the main build first
 }
 
 func run(ctx context.Context, o options, out io.Writer) (err error) {
-	if _, err := os.Stat(o.quotad); err != nil {
-		return fmt.Errorf("quotad binary: %w (run make build first)", err)
+	bins := []string{o.quotad}
+	if o.baseline != "" {
+		bins = append(bins, o.baseline)
+	}
+	for _, bin := range bins {
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("quotad binary: %w (run make build first)", err)
+		}
 	}
 	dir, err := os.MkdirTemp("", "quotad-bench")
 	if err != nil {
@@ -154,35 +208,75 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return fmt.Errorf("connect to redis: %w", err)
 	}
 	defer b.ctl.Close()
-	if err := b.startSidecar(ctx); err != nil {
-		return err
+	for i, bin := range bins {
+		sc := &sidecar{label: "main", bin: bin}
+		if i > 0 {
+			sc.label = "baseline"
+		}
+		if err := b.startSidecar(ctx, sc); err != nil {
+			return fmt.Errorf("%s build: %w", sc.label, err)
+		}
+		defer b.stopSidecar(sc)
+		b.sidecars = append(b.sidecars, sc)
 	}
-	defer b.stopSidecar()
 
 	b.header()
-	samples := make([][]sample, len(matrix))
-	for round := 1; round <= o.rounds; round++ {
-		// Alternate the order, so that neither side always runs on a
-		// machine warmed (or tired) by the other.
-		order := make([]int, len(matrix))
-		for i := range order {
-			order[i] = i
-			if round%2 == 0 {
-				order[i] = len(matrix) - 1 - i
-			}
-		}
-		for _, i := range order {
-			s, err := b.measure(ctx, matrix[i], round)
-			if err != nil {
-				return fmt.Errorf("%s: %w", matrix[i].name, err)
-			}
-			fmt.Fprintf(os.Stderr, "round %d  %-40s %9.0f decisions/s\n", round, matrix[i].name, s.rate)
-			samples[i] = append(samples[i], s)
+	// samples[row][build]; an in-process row has one build.
+	samples := make([][][]sample, len(matrix))
+	for i, r := range matrix {
+		samples[i] = make([][]sample, 1)
+		if r.sidecar {
+			samples[i] = make([][]sample, len(b.sidecars))
 		}
 	}
-	b.table(samples)
-	fmt.Fprintln(out)
-	return b.checks(ctx, samples)
+	type unit struct{ row, build int }
+	var units []unit
+	for i := range matrix {
+		for k := range samples[i] {
+			units = append(units, unit{i, k})
+		}
+	}
+	for round := 1; round <= o.rounds; round++ {
+		// Alternate the order, so that no side always runs on a machine
+		// warmed (or tired) by another: in even rounds the baseline build
+		// runs each row before the main one.
+		for n := range units {
+			u := units[n]
+			if round%2 == 0 {
+				u = units[len(units)-1-n]
+			}
+			r := matrix[u.row]
+			var sc *sidecar
+			label := "in-process"
+			if r.sidecar {
+				sc = b.sidecars[u.build]
+				label = sc.label
+			}
+			s, err := b.measure(ctx, r, sc, round)
+			if err != nil {
+				return fmt.Errorf("%s (%s): %w", r.name, label, err)
+			}
+			fmt.Fprintf(os.Stderr, "round %d  %-10s %-42s %9.0f decisions/s\n", round, label, r.name, s.rate)
+			samples[u.row][u.build] = append(samples[u.row][u.build], s)
+		}
+	}
+	for k, sc := range b.sidecars {
+		if len(b.sidecars) > 1 {
+			fmt.Fprintf(out, "%s build, %s:\n", sc.label, sc.bin)
+		}
+		b.table(samples, k)
+		fmt.Fprintln(out)
+	}
+	if len(b.sidecars) > 1 {
+		b.compare(samples)
+		fmt.Fprintln(out)
+	}
+	for k, sc := range b.sidecars {
+		if err := b.checks(ctx, samples, k); err != nil {
+			return fmt.Errorf("%s build: %w", sc.label, err)
+		}
+	}
+	return nil
 }
 
 func (b *bench) header() {
@@ -205,8 +299,12 @@ func (b *bench) header() {
 		ver = info["redis_version"]
 	}
 	fmt.Fprintf(b.out, "machine: %d CPUs, %s, Linux %s, %s, redis-server %s\n", runtime.NumCPU(), model, kernel, runtime.Version(), ver)
-	fmt.Fprintf(b.out, "workload: takes of cost 1 over %d subjects, limit %d per %d ms window; %d rounds of %v, medians\n",
-		b.o.subjects, limit, windowMS, b.o.rounds, b.o.duration)
+	for _, sc := range b.sidecars {
+		v, _ := exec.Command(sc.bin, "version").Output()
+		fmt.Fprintf(b.out, "%s build: %s (%s)\n", sc.label, sc.bin, strings.TrimSpace(string(v)))
+	}
+	fmt.Fprintf(b.out, "workload: takes of cost 1 over %d subjects, limit %d per %d ms window (token bucket: rate and burst %d per %d ms; concurrency: %d leases of %d ms); %d rounds of %v, medians\n",
+		b.o.subjects, limit, windowMS, limit, windowMS, limit, windowMS, b.o.rounds, b.o.duration)
 	if b.o.sidecarArgs != "" {
 		fmt.Fprintf(b.out, "quotad serve %s\n", b.o.sidecarArgs)
 	}
@@ -224,43 +322,44 @@ func utsString(cs []int8) string {
 	return sb.String()
 }
 
-func (b *bench) startSidecar(ctx context.Context) error {
-	b.socket = filepath.Join(b.dir, "quotad.sock")
-	args := []string{"serve", "--socket", b.socket, "--redis-url", b.redis.URL(), "--log-level", "warn", "--key-prefix", "bench:"}
+func (b *bench) startSidecar(ctx context.Context, sc *sidecar) error {
+	sc.socket = filepath.Join(b.dir, sc.label+".sock")
+	sc.log = filepath.Join(b.dir, sc.label+".log")
+	args := []string{"serve", "--socket", sc.socket, "--redis-url", b.redis.URL(), "--log-level", "warn", "--key-prefix", "bench:"}
 	args = append(args, strings.Fields(b.o.sidecarArgs)...)
-	logf, err := os.Create(filepath.Join(b.dir, "quotad.log"))
+	logf, err := os.Create(sc.log)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	b.sidecar = exec.Command(b.o.quotad, args...)
-	b.sidecar.Stdout, b.sidecar.Stderr = logf, logf
-	if err := b.sidecar.Start(); err != nil {
+	sc.cmd = exec.Command(sc.bin, args...)
+	sc.cmd.Stdout, sc.cmd.Stderr = logf, logf
+	if err := sc.cmd.Start(); err != nil {
 		return fmt.Errorf("start quotad: %w", err)
 	}
-	b.exited = make(chan struct{})
-	go func() { _ = b.sidecar.Wait(); close(b.exited) }()
+	sc.exited = make(chan struct{})
+	go func() { _ = sc.cmd.Wait(); close(sc.exited) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if err := b.ping(ctx); err == nil {
+		if err := ping(ctx, sc.socket); err == nil {
 			return nil
 		} else if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(b.dir, "quotad.log"))
+			log, _ := os.ReadFile(sc.log)
 			return fmt.Errorf("quotad did not answer a ping with redis up: %w\n%s", err, log)
 		}
 		select {
-		case <-b.exited:
-			log, _ := os.ReadFile(filepath.Join(b.dir, "quotad.log"))
+		case <-sc.exited:
+			log, _ := os.ReadFile(sc.log)
 			return fmt.Errorf("quotad exited:\n%s", log)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
-func (b *bench) ping(ctx context.Context) error {
+func ping(ctx context.Context, socket string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	c, err := protocol.Dial(ctx, b.socket)
+	c, err := protocol.Dial(ctx, socket)
 	if err != nil {
 		return err
 	}
@@ -275,18 +374,18 @@ func (b *bench) ping(ctx context.Context) error {
 	return nil
 }
 
-func (b *bench) stopSidecar() {
-	_ = b.sidecar.Process.Signal(syscall.SIGTERM)
+func (b *bench) stopSidecar(sc *sidecar) {
+	_ = sc.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-b.exited:
+	case <-sc.exited:
 	case <-time.After(15 * time.Second):
-		_ = b.sidecar.Process.Kill()
-		<-b.exited
+		_ = sc.cmd.Process.Kill()
+		<-sc.exited
 	}
 }
 
-// measure runs one row once on an empty Redis.
-func (b *bench) measure(ctx context.Context, r row, round int) (sample, error) {
+// measure runs one row once on an empty Redis, against sc for a quotad row.
+func (b *bench) measure(ctx context.Context, r row, sc *sidecar, round int) (sample, error) {
 	var s sample
 	if err := b.do(ctx, "FLUSHALL", "SYNC"); err != nil {
 		return s, err
@@ -294,8 +393,15 @@ func (b *bench) measure(ctx context.Context, r row, round int) (sample, error) {
 	if err := b.do(ctx, "CONFIG", "RESETSTAT"); err != nil {
 		return s, err
 	}
-	spid, rpid := b.sidecar.Process.Pid, b.redis.Pid()
-	sc0, err1 := cpuTime(spid)
+	spid, rpid := -1, b.redis.Pid()
+	if sc != nil {
+		spid = sc.cmd.Process.Pid
+	}
+	var sc0 time.Duration
+	var err1 error
+	if sc != nil {
+		sc0, err1 = cpuTime(spid)
+	}
 	rc0, err2 := cpuTime(rpid)
 	cc0, err3 := cpuTime(os.Getpid())
 	if err := errors.Join(err1, err2, err3); err != nil {
@@ -306,30 +412,52 @@ func (b *bench) measure(ctx context.Context, r row, round int) (sample, error) {
 	connsDone := make(chan int, 1)
 	go func() {
 		time.Sleep(b.o.duration / 2)
-		connsDone <- b.redisConns(ctx, !r.sidecar)
+		connsDone <- b.redisConns(ctx, spid)
 	}()
 	var decisions int64
 	prefix := "r" + strconv.Itoa(round) + "-"
-	if r.sidecar {
-		res, err := loadgen.Run(ctx, loadgen.Config{
-			Socket: b.socket, Conns: r.conns, InFlight: r.inflight, Duration: b.o.duration,
-			Subjects: b.o.subjects, SubjectPrefix: prefix, Limit: limit, WindowMS: windowMS,
-			RequestIDs: r.requestIDs,
-		})
+	if sc != nil {
+		cfg := loadgen.Config{
+			Socket: sc.socket, Conns: r.conns, InFlight: r.inflight, Duration: b.o.duration,
+			Subjects: b.o.subjects, SubjectPrefix: prefix, RequestIDs: r.requestIDs,
+		}
+		switch r.algorithm {
+		case "token_bucket":
+			cfg.Algorithm, cfg.Rate, cfg.PeriodMS = r.algorithm, limit, windowMS
+		case "concurrency":
+			cfg.Algorithm, cfg.Limit, cfg.LeaseMS, cfg.Release = r.algorithm, limit, windowMS, r.release
+		default:
+			cfg.Limit, cfg.WindowMS = limit, windowMS
+		}
+		res, err := loadgen.Run(ctx, cfg)
 		if err != nil {
+			<-connsDone
 			return s, err
 		}
 		decisions, s.rate, s.p50, s.p99, s.errors = res.Replies, res.Rate(), res.P50, res.P99, res.ErrorCount()
 		s.errorCodes = res.Errors
+		if n := res.Releases - res.Released; n > 0 {
+			// Every lease released was granted and is still live.
+			s.errorCodes[freedNothing] += n
+			s.errors += n
+		}
+		if res.Denied > 0 {
+			<-connsDone
+			return s, fmt.Errorf("%d of %d takes were denied: the workload must stay under its limits", res.Denied, res.Replies)
+		}
 	} else {
-		res, err := b.baseline(ctx, r.conns, prefix)
+		res, err := b.inProcess(ctx, r.conns, prefix)
 		if err != nil {
+			<-connsDone
 			return s, err
 		}
 		decisions, s.rate, s.p50, s.p99, s.errors = res.decisions, res.rate, res.p50, res.p99, res.errors
 	}
 	s.redisConns = <-connsDone
-	sc1, err1 := cpuTime(spid)
+	var sc1 time.Duration
+	if sc != nil {
+		sc1, err1 = cpuTime(spid)
+	}
 	rc1, err2 := cpuTime(rpid)
 	cc1, err3 := cpuTime(os.Getpid())
 	if err := errors.Join(err1, err2, err3); err != nil {
@@ -341,38 +469,44 @@ func (b *bench) measure(ctx context.Context, r row, round int) (sample, error) {
 	perDecision := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(decisions) }
 	s.decisions = decisions
 	s.sidecarCPU, s.redisCPU, s.clientCPU = perDecision(sc1-sc0), perDecision(rc1-rc0), perDecision(cc1-cc0)
-	s.sidecarRSS, _ = rssBytes(spid)
+	if sc != nil {
+		s.sidecarRSS, _ = rssBytes(spid)
+	}
 	stats, err := b.commandStats(ctx)
 	if err != nil {
 		return s, err
 	}
-	var calls int64
+	var calls, scriptUsec int64
 	for name, st := range stats {
 		switch name {
-		case "evalsha", "eval":
-			s.scriptUsec = max(s.scriptUsec, st.usecPerCall)
+		case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro":
+			scriptUsec += st.usec
+			s.scriptCalls += st.calls
 		case "flushall", "config", "info", "client", "ping", "script":
 			continue // the harness's own commands
 		}
 		calls += st.calls
 	}
 	s.redisCalls = float64(calls) / float64(decisions)
+	if s.scriptCalls > 0 {
+		s.scriptUsec = float64(scriptUsec) / float64(s.scriptCalls)
+	}
 	return s, nil
 }
 
-type baselineResult struct {
+type inProcessResult struct {
 	decisions, errors int64
 	rate              float64
 	p50, p99          time.Duration
 }
 
-// baseline is the in-process client the issue compares quotad with: one
-// rueidis client with default options, each goroutine calling the original
-// script one decision at a time, so rueidis's auto-pipelining batches them.
-func (b *bench) baseline(ctx context.Context, goroutines int, prefix string) (baselineResult, error) {
-	var res baselineResult
+// inProcess is the in-process client quotad is compared with: one rueidis
+// client with default options, each goroutine calling the original script
+// one decision at a time, so rueidis's auto-pipelining batches them.
+func (b *bench) inProcess(ctx context.Context, goroutines int, prefix string) (inProcessResult, error) {
+	var res inProcessResult
 	c, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress: []string{b.redis.Addr()}, DisableCache: true, ClientName: "bench-baseline",
+		InitAddress: []string{b.redis.Addr()}, DisableCache: true, ClientName: inProcessName,
 	})
 	if err != nil {
 		return res, fmt.Errorf("connect the in-process client: %w", err)
@@ -454,8 +588,8 @@ func (b *bench) info(section string) (map[string]string, error) {
 }
 
 type cmdStat struct {
-	calls       int64
-	usecPerCall float64
+	calls int64
+	usec  int64 // all the calls' time
 }
 
 func (b *bench) commandStats(ctx context.Context) (map[string]cmdStat, error) {
@@ -475,8 +609,8 @@ func (b *bench) commandStats(ctx context.Context) (map[string]cmdStat, error) {
 			switch f {
 			case "calls":
 				st.calls, _ = strconv.ParseInt(val, 10, 64)
-			case "usec_per_call":
-				st.usecPerCall, _ = strconv.ParseFloat(val, 64)
+			case "usec":
+				st.usec, _ = strconv.ParseInt(val, 10, 64)
 			}
 		}
 		out[name] = st
@@ -484,23 +618,36 @@ func (b *bench) commandStats(ctx context.Context) (map[string]cmdStat, error) {
 	return out, nil
 }
 
-// redisConns counts the measured client's connections: the baseline's by
-// its name, quotad's as those with no name (the harness names its own).
-func (b *bench) redisConns(ctx context.Context, baseline bool) int {
+// freedNothing counts, among a row's error replies, the releases that
+// found no lease to free.
+const freedNothing protocol.Code = "RELEASE_FREED_NOTHING"
+
+// inProcessName is the in-process client's name in Redis's CLIENT LIST.
+const inProcessName = "bench-inprocess"
+
+// redisConns counts the measured client's connections to Redis: quotad's
+// (pid) from its own open sockets, the in-process client's (pid -1) by its
+// name.
+func (b *bench) redisConns(ctx context.Context, pid int) int {
+	if pid > 0 {
+		_, port, _ := strings.Cut(b.redis.Addr(), ":")
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return -1
+		}
+		n, err := tcpConnsTo(pid, p)
+		if err != nil {
+			return -1
+		}
+		return n
+	}
 	s, err := b.ctl.Do(ctx, b.ctl.B().ClientList().Build()).ToString()
 	if err != nil {
 		return -1
 	}
 	n := 0
 	for _, l := range strings.Split(s, "\n") {
-		if l == "" {
-			continue
-		}
-		named := strings.Contains(l, " name=bench-")
-		switch {
-		case baseline && strings.Contains(l, " name=bench-baseline "):
-			n++
-		case !baseline && !named:
+		if strings.Contains(l, " name="+inProcessName+" ") {
 			n++
 		}
 	}

@@ -55,3 +55,43 @@ func rssBytes(pid int) (int64, error) {
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
 }
+
+// tcpConnsTo counts a process's established TCP connections to a port.
+func tcpConnsTo(pid, port int) (int, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, err
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if ino, ok := strings.CutPrefix(l, "socket:["); ok {
+			inodes[strings.TrimSuffix(ino, "]")] = true
+		}
+	}
+	n := 0
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			if table == "tcp6" {
+				continue // no IPv6 here
+			}
+			return 0, err
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "01" || !inodes[f[9]] {
+				continue
+			}
+			_, hexPort, _ := strings.Cut(f[2], ":")
+			if p, err := strconv.ParseUint(hexPort, 16, 16); err == nil && int(p) == port {
+				n++
+			}
+		}
+	}
+	return n, nil
+}

@@ -35,27 +35,66 @@ func medianOf(ss []sample, f func(sample) float64) float64 {
 	return median(xs)
 }
 
-// ratio is the median over rounds of row i's rate over its baseline's in the
-// same round.
-func ratio(samples [][]sample, i int) float64 {
-	j := matrix[i].baseline
+// pairedRatio is the median over rounds of f of a's sample over f of b's in
+// the same round.
+func pairedRatio(a, b []sample, f func(sample) float64) float64 {
 	var xs []float64
-	for k := range samples[i] {
-		if k < len(samples[j]) && samples[j][k].rate > 0 {
-			xs = append(xs, samples[i][k].rate/samples[j][k].rate)
+	for k := range a {
+		if k < len(b) && f(b[k]) > 0 {
+			xs = append(xs, f(a[k])/f(b[k]))
 		}
 	}
 	return median(xs)
 }
 
-func (b *bench) table(samples [][]sample) {
+// pairedRange is the least and the most of the rounds' ratios of
+// pairedRatio.
+func pairedRange(a, b []sample, f func(sample) float64) (lo, hi float64) {
+	first := true
+	for k := range a {
+		if k < len(b) && f(b[k]) > 0 {
+			x := f(a[k]) / f(b[k])
+			if first || x < lo {
+				lo = x
+			}
+			if first || x > hi {
+				hi = x
+			}
+			first = false
+		}
+	}
+	return lo, hi
+}
+
+func rate(s sample) float64 { return s.rate }
+
+// ratio is the median over rounds of row i's rate with build k over its
+// in-process row's in the same round.
+func ratio(samples [][][]sample, i, k int) float64 {
+	return pairedRatio(samples[i][k], samples[matrix[i].inProcess][0], rate)
+}
+
+// of is row i's samples with build k; an in-process row has one.
+func of(samples [][][]sample, i, k int) []sample {
+	if !matrix[i].sidecar {
+		return samples[i][0]
+	}
+	return samples[i][k]
+}
+
+func dur(ss []sample, f func(sample) time.Duration) time.Duration {
+	return time.Duration(medianOf(ss, func(s sample) float64 { return float64(f(s)) })).Round(time.Microsecond)
+}
+
+// table prints every row measured with build k.
+func (b *bench) table(samples [][][]sample, k int) {
 	w := tabwriter.NewWriter(b.out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "\tdecisions/s\tvs in-process\tp50\tp99\tquotad CPU µs/dec\tredis CPU µs/dec\tclient CPU µs/dec\tscript µs/call\tredis cmds/dec\tredis conns\tquotad RSS MB\terrors\t")
+	fmt.Fprintln(w, "\tdecisions/s\tvs in-process\tp50\tp99\tquotad CPU µs/dec\tredis CPU µs/dec\tclient CPU µs/dec\tscript µs/call\tdec/script call\tredis cmds/dec\tredis conns\tquotad RSS MB\terrors\t")
 	for i, r := range matrix {
-		ss := samples[i]
+		ss := of(samples, i, k)
 		vs, sc, rss := "", "", ""
-		if r.baseline >= 0 {
-			vs = fmt.Sprintf("%.2fx", ratio(samples, i))
+		if r.inProcess >= 0 {
+			vs = fmt.Sprintf("%.2fx", ratio(samples, i, k))
 		}
 		if r.sidecar {
 			sc = fmt.Sprintf("%.1f", medianOf(ss, func(s sample) float64 { return s.sidecarCPU }))
@@ -65,14 +104,15 @@ func (b *bench) table(samples [][]sample) {
 		for _, s := range ss {
 			errs += s.errors
 		}
-		fmt.Fprintf(w, "%s\t%.0f\t%s\t%v\t%v\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%s\t%d\t\n", r.name,
-			medianOf(ss, func(s sample) float64 { return s.rate }), vs,
-			time.Duration(medianOf(ss, func(s sample) float64 { return float64(s.p50) })).Round(time.Microsecond),
-			time.Duration(medianOf(ss, func(s sample) float64 { return float64(s.p99) })).Round(time.Microsecond),
+		fmt.Fprintf(w, "%s\t%.0f\t%s\t%v\t%v\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%.0f\t%s\t%d\t\n", r.name,
+			medianOf(ss, rate), vs,
+			dur(ss, func(s sample) time.Duration { return s.p50 }),
+			dur(ss, func(s sample) time.Duration { return s.p99 }),
 			sc,
 			medianOf(ss, func(s sample) float64 { return s.redisCPU }),
 			medianOf(ss, func(s sample) float64 { return s.clientCPU }),
 			medianOf(ss, func(s sample) float64 { return s.scriptUsec }),
+			medianOf(ss, sample.decPerScript),
 			medianOf(ss, func(s sample) float64 { return s.redisCalls }),
 			medianOf(ss, func(s sample) float64 { return float64(s.redisConns) }),
 			rss, errs)
@@ -80,7 +120,7 @@ func (b *bench) table(samples [][]sample) {
 	w.Flush()
 	for i, r := range matrix {
 		codes := map[protocol.Code]int64{}
-		for _, s := range samples[i] {
+		for _, s := range of(samples, i, k) {
 			for c, n := range s.errorCodes {
 				codes[c] += n
 			}
@@ -91,6 +131,46 @@ func (b *bench) table(samples [][]sample) {
 	}
 }
 
+// maxLoss is the most a row may lose to the baseline build.
+const maxLoss = 0.05
+
+// compare prints every quotad row of the main build beside the baseline
+// build's, with the change of each: the median over rounds of the main
+// build's figure over the baseline's in the same round.
+func (b *bench) compare(samples [][][]sample) {
+	fmt.Fprintf(b.out, "main build against the baseline build (change: median of the rounds' main/baseline - 1; rounds' changes: the least and the most):\n")
+	w := tabwriter.NewWriter(b.out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "\tdecisions/s main\tbaseline\tchange\trounds' changes\tvs in-process main\tbaseline\tquotad CPU µs/dec main\tbaseline\tchange\tredis CPU µs/dec main\tbaseline\tdec/script call main\tbaseline\tp50 main\tbaseline\tp99 main\tbaseline\t")
+	cpu := func(s sample) float64 { return s.sidecarCPU }
+	rcpu := func(s sample) float64 { return s.redisCPU }
+	var lost []string
+	for i, r := range matrix {
+		if !r.sidecar {
+			continue
+		}
+		m, base := samples[i][0], samples[i][1]
+		dRate := pairedRatio(m, base, rate) - 1
+		if dRate < -maxLoss {
+			lost = append(lost, fmt.Sprintf("%s %+.1f%%", r.name, 100*dRate))
+		}
+		lo, hi := pairedRange(m, base, rate)
+		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%+.1f%%\t%+.1f%% to %+.1f%%\t%.2fx\t%.2fx\t%.1f\t%.1f\t%+.1f%%\t%.1f\t%.1f\t%.2f\t%.2f\t%v\t%v\t%v\t%v\t\n", r.name,
+			medianOf(m, rate), medianOf(base, rate), 100*dRate, 100*(lo-1), 100*(hi-1),
+			ratio(samples, i, 0), ratio(samples, i, 1),
+			medianOf(m, cpu), medianOf(base, cpu), 100*(pairedRatio(m, base, cpu)-1),
+			medianOf(m, rcpu), medianOf(base, rcpu),
+			medianOf(m, sample.decPerScript), medianOf(base, sample.decPerScript),
+			dur(m, func(s sample) time.Duration { return s.p50 }), dur(base, func(s sample) time.Duration { return s.p50 }),
+			dur(m, func(s sample) time.Duration { return s.p99 }), dur(base, func(s sample) time.Duration { return s.p99 }))
+	}
+	w.Flush()
+	if len(lost) == 0 {
+		fmt.Fprintf(b.out, "%-58s %8s   target: no row below -%.0f%%  ok\n", "decisions/s, main against baseline", "none", 100*maxLoss)
+	} else {
+		fmt.Fprintf(b.out, "%-58s %8d   target: no row below -%.0f%%  FAIL: %s\n", "decisions/s, main against baseline", len(lost), 100*maxLoss, strings.Join(lost, "; "))
+	}
+}
+
 func verdict(ok bool) string {
 	if ok {
 		return "ok"
@@ -98,49 +178,60 @@ func verdict(ok bool) string {
 	return "FAIL"
 }
 
-// checks runs the memory and hot-key checks and prints every target.
-func (b *bench) checks(ctx context.Context, samples [][]sample) error {
-	pipe, single := ratio(samples, 0), ratio(samples, 2)
-	cpu := medianOf(samples[0], func(s sample) float64 { return s.sidecarCPU })
+// checks runs the memory and hot-key checks on build k and prints every
+// target.
+func (b *bench) checks(ctx context.Context, samples [][][]sample, k int) error {
+	sc := b.sidecars[k]
+	label := func(s string) string {
+		if len(b.sidecars) > 1 {
+			return sc.label + ": " + s
+		}
+		return s
+	}
+	pipe, single := ratio(samples, rowPipelining, k), ratio(samples, rowOneAtATime, k)
+	cpu := medianOf(samples[rowPipelining][k], func(s sample) float64 { return s.sidecarCPU })
 	conns := 0
 	for i, r := range matrix {
 		if r.sidecar {
-			for _, s := range samples[i] {
+			for _, s := range samples[i][k] {
 				conns = max(conns, s.redisConns)
 			}
 		}
 	}
-	fmt.Fprintf(b.out, "%-58s %8.2fx  target >= 1.0x  %s\n", "pipelining, quotad vs in-process", pipe, verdict(pipe >= 1.0))
-	fmt.Fprintf(b.out, "%-58s %8.2fx  target >= 0.7x  %s\n", "one at a time, quotad vs in-process", single, verdict(single >= 0.7))
-	fmt.Fprintf(b.out, "%-58s %8.1f µs target <= 8 µs  %s\n", "quotad CPU per decision, pipelining", cpu, verdict(cpu <= 8))
-	fmt.Fprintf(b.out, "%-58s %8d    target <= 4     %s\n", "quotad's Redis connections, most seen", conns, verdict(conns <= 4))
-	fmt.Fprintf(b.out, "%-58s %8.1f µs (original script %.1f µs)\n", "Redis usec_per_call of quotad's take script",
-		medianOf(samples[0], func(s sample) float64 { return s.scriptUsec }),
-		medianOf(samples[1], func(s sample) float64 { return s.scriptUsec }))
+	fmt.Fprintf(b.out, "%-58s %8.2fx  target >= 1.0x  %s\n", label("pipelining, quotad vs in-process"), pipe, verdict(pipe >= 1.0))
+	fmt.Fprintf(b.out, "%-58s %8.2fx  target >= 0.7x  %s\n", label("one at a time, quotad vs in-process"), single, verdict(single >= 0.7))
+	fmt.Fprintf(b.out, "%-58s %8.1f µs target <= 8 µs  %s\n", label("quotad CPU per decision, pipelining"), cpu, verdict(cpu <= 8))
+	fmt.Fprintf(b.out, "%-58s %8d    target <= 4     %s\n", label("quotad's Redis connections, most seen"), conns, verdict(conns <= 4))
+	fmt.Fprintf(b.out, "%-58s %8.1f µs (original script %.1f µs)\n", label("Redis usec_per_call of quotad's take script"),
+		medianOf(samples[rowPipelining][k], func(s sample) float64 { return s.scriptUsec }),
+		medianOf(samples[rowInProcPipe][0], func(s sample) float64 { return s.scriptUsec }))
+	fmt.Fprintf(b.out, "%-58s %8.1f µs (original script %.1f µs)\n", label("Redis CPU per decision, fixed window, pipelining"),
+		medianOf(samples[rowPipelining][k], func(s sample) float64 { return s.redisCPU }),
+		medianOf(samples[rowInProcPipe][0], func(s sample) float64 { return s.redisCPU }))
 
-	idle, err := b.idleCheck(ctx)
+	idle, err := b.idleCheck(ctx, sc)
 	if err != nil {
 		return fmt.Errorf("idle connections: %w", err)
 	}
-	fmt.Fprintf(b.out, "%-58s %8.1f MB target <= 40 MB %s\n", fmt.Sprintf("RSS added by %d idle connections", b.o.idleConns), idle, verdict(idle <= 40))
-	flood, err := b.floodCheck(ctx)
+	fmt.Fprintf(b.out, "%-58s %8.1f MB target <= 40 MB %s\n", label(fmt.Sprintf("RSS added by %d idle connections", b.o.idleConns)), idle, verdict(idle <= 40))
+	flood, err := b.floodCheck(ctx, sc)
 	if err != nil {
 		return fmt.Errorf("flood: %w", err)
 	}
-	fmt.Fprintf(b.out, "%-58s %8.1f MB target < 256 MB %s\n", fmt.Sprintf("largest RSS, %d clients that never read, %v", b.o.floodConns, b.o.floodFor), flood, verdict(flood < 256))
-	calls, takes, err := b.hotKeyCheck(ctx)
+	fmt.Fprintf(b.out, "%-58s %8.1f MB target < 256 MB %s\n", label(fmt.Sprintf("largest RSS, %d clients that never read, %v", b.o.floodConns, b.o.floodFor)), flood, verdict(flood < 256))
+	calls, takes, err := b.hotKeyCheck(ctx, sc)
 	if err != nil {
 		return fmt.Errorf("hot key: %w", err)
 	}
 	per := float64(calls) / float64(max(takes, 1))
-	fmt.Fprintf(b.out, "%-58s %8.4f   (%d script calls for %d takes) %s\n", "Redis calls per take on an exhausted subject", per, calls, takes, verdict(per < 0.01))
+	fmt.Fprintf(b.out, "%-58s %8.4f   (%d script calls for %d takes) %s\n", label("Redis calls per take on an exhausted subject"), per, calls, takes, verdict(per < 0.01))
 	return nil
 }
 
 // idleCheck opens connections that each send one ping and then stay open,
 // and reports how much the sidecar's RSS grew, in MB.
-func (b *bench) idleCheck(ctx context.Context) (float64, error) {
-	pid := b.sidecar.Process.Pid
+func (b *bench) idleCheck(ctx context.Context, sc *sidecar) (float64, error) {
+	pid := sc.cmd.Process.Pid
 	before, err := rssBytes(pid)
 	if err != nil {
 		return 0, err
@@ -154,7 +245,7 @@ func (b *bench) idleCheck(ctx context.Context) (float64, error) {
 	buf := make([]byte, 512)
 	for range b.o.idleConns {
 		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", b.socket)
+		c, err := d.DialContext(ctx, "unix", sc.socket)
 		if err != nil {
 			return 0, err
 		}
@@ -178,8 +269,8 @@ func (b *bench) idleCheck(ctx context.Context) (float64, error) {
 
 // floodCheck has clients write takes as fast as they can and never read a
 // reply, and reports the sidecar's largest RSS meanwhile, in MB.
-func (b *bench) floodCheck(ctx context.Context) (float64, error) {
-	pid := b.sidecar.Process.Pid
+func (b *bench) floodCheck(ctx context.Context, sc *sidecar) (float64, error) {
+	pid := sc.cmd.Process.Pid
 	var chunk []byte
 	for i := range 500 {
 		chunk = fmt.Appendf(chunk, `{"op":"take","subject":"flood-%d","limit":%d,"window_ms":%d}`+"\n", i, limit, windowMS)
@@ -190,7 +281,7 @@ func (b *bench) floodCheck(ctx context.Context) (float64, error) {
 	conns := make([]net.Conn, 0, b.o.floodConns)
 	for range b.o.floodConns {
 		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", b.socket)
+		c, err := d.DialContext(ctx, "unix", sc.socket)
 		if err != nil {
 			close(stop)
 			for _, c := range conns {
@@ -237,12 +328,17 @@ const hotLimit = 10
 
 // hotKeyCheck exhausts one subject, floods it with takes without a
 // request_id, and returns the script calls Redis served for them.
-func (b *bench) hotKeyCheck(ctx context.Context) (calls, takes int64, err error) {
+func (b *bench) hotKeyCheck(ctx context.Context, sc *sidecar) (calls, takes int64, err error) {
 	if err := b.do(ctx, "FLUSHALL", "SYNC"); err != nil {
 		return 0, 0, err
 	}
+	// The flood before may have opened the sidecar's breaker: wait until it
+	// decides again.
+	if err := waitDeciding(ctx, sc.socket); err != nil {
+		return 0, 0, err
+	}
 	// Exhaust it first: 10 takes of a limit of 10.
-	c, err := protocol.Dial(ctx, b.socket)
+	c, err := protocol.Dial(ctx, sc.socket)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -259,7 +355,7 @@ func (b *bench) hotKeyCheck(ctx context.Context) (calls, takes int64, err error)
 	if err := b.do(ctx, "CONFIG", "RESETSTAT"); err != nil {
 		return 0, 0, err
 	}
-	res, err := loadgen.Run(ctx, loadgen.Config{Socket: b.socket, Conns: 16, InFlight: 16, Duration: min(b.o.duration, 2*time.Second),
+	res, err := loadgen.Run(ctx, loadgen.Config{Socket: sc.socket, Conns: 16, InFlight: 16, Duration: min(b.o.duration, 2*time.Second),
 		Subjects: 1, SubjectPrefix: "hot", Limit: hotLimit, WindowMS: windowMS})
 	if err != nil {
 		return 0, 0, err
@@ -277,4 +373,27 @@ func (b *bench) hotKeyCheck(ctx context.Context) (calls, takes int64, err error)
 		}
 	}
 	return calls, res.Replies, nil
+}
+
+// waitDeciding waits until the sidecar at socket grants a take, for at
+// most 30 s.
+func waitDeciding(ctx context.Context, socket string) error {
+	c, err := protocol.Dial(ctx, socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, raw, err := c.Call(ctx, map[string]any{"op": "take", "subject": "warm", "limit": limit, "window_ms": windowMS})
+		switch {
+		case err != nil:
+			return err
+		case r.Allowed:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("the sidecar still refuses takes after 30 s: %s", raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

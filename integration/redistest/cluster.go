@@ -106,6 +106,59 @@ func (c *Cluster) URL() string {
 	return u
 }
 
+// InitialMaster is the index in Masters of the master that served slot
+// when the cluster started.
+func (c *Cluster) InitialMaster(slot int) int {
+	n := len(c.Masters)
+	i := slot * n / slots
+	for i+1 < n && (i+1)*slots/n <= slot {
+		i++
+	}
+	for i > 0 && i*slots/n > slot {
+		i--
+	}
+	return i
+}
+
+// ReplicaURL names every replica and no master: a client must learn the
+// masters from the replicas' slot map.
+func (c *Cluster) ReplicaURL() string {
+	u := c.Replicas[0].URL()
+	for i, r := range c.Replicas[1:] {
+		sep := "&"
+		if i == 0 {
+			sep = "?"
+		}
+		u += sep + "addr=" + r.Addr()
+	}
+	return u
+}
+
+// WithoutFullCoverage starts cluster nodes with
+// cluster-require-full-coverage off: while a master is down the others
+// keep serving their slots.
+func WithoutFullCoverage() Option {
+	return WithArgs("--cluster-require-full-coverage", "no")
+}
+
+// WatchPromotion polls Replicas[i] every few milliseconds until it reports
+// the master role, and returns when it first did: the moment of its
+// promotion, to within the polling step.
+func (c *Cluster) WatchPromotion(t testing.TB, i int) time.Time {
+	t.Helper()
+	r := c.Replicas[i]
+	deadline := time.Now().Add(topologyTimeout)
+	for {
+		if infoField(t, r, "replication", "role") == "master" {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s not promoted within %v", r.Addr(), topologyTimeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // WaitHealthy waits until every running node reports cluster_state:ok and
 // agrees that each slot range has a master and, where its replica runs, that
 // the replica is in sync.
@@ -177,6 +230,27 @@ func (c *Cluster) KillMaster(t testing.TB, i int) {
 		return nil
 	})
 	m.Kill(t)
+}
+
+// FreezeMaster is KillMaster with SIGSTOP instead of SIGKILL: the master's
+// connections stay open and nothing on them is answered, as with a host
+// gone without a reset. It is killed when the test ends: thawed, a paused
+// master that lost its slots would hold up its shutdown. WaitHealthy and
+// Owner must not be called while it is frozen: they would wait on it.
+func (c *Cluster) FreezeMaster(t testing.TB, i int) {
+	t.Helper()
+	m, r := c.Masters[i], c.Replicas[i]
+	mustOK(t, m, "CLIENT", "PAUSE", strconv.Itoa(int(topologyTimeout/time.Millisecond)), "WRITE")
+	waitTopology(t, "the replica to catch up with the paused master", func() error {
+		mo := infoField(t, m, "replication", "master_repl_offset")
+		ro := infoField(t, r, "replication", "slave_repl_offset")
+		if mo == "" || mo != ro {
+			return fmt.Errorf("master offset %s, replica offset %s", mo, ro)
+		}
+		return nil
+	})
+	m.Freeze(t)
+	t.Cleanup(func() { m.Kill(t) })
 }
 
 // WaitPromoted waits until Replicas[i] has taken over from its killed

@@ -93,3 +93,14 @@ func TestClusterKillMasterPromotesItsReplica(t *testing.T) {
 		t.Fatalf("slot 8000 on %s, want the promoted replica %s", o.Addr(), c.Replicas[1].Addr())
 	}
 }
+
+func TestInitialMasterMatchesTheSlotRanges(t *testing.T) {
+	c := &redistest.Cluster{Masters: make([]*redistest.Server, 3)}
+	for i, r := range [][2]int{{0, 5460}, {5461, 10921}, {10922, 16383}} {
+		for _, s := range r {
+			if got := c.InitialMaster(s); got != i {
+				t.Errorf("InitialMaster(%d) = %d, want %d", s, got, i)
+			}
+		}
+	}
+}

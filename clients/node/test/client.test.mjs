@@ -144,6 +144,21 @@ test('release, pipeline and ping', async () => {
   await q.close();
 });
 
+test('sliding window', async () => {
+  const q = await quotad.Client.connect(SOCKET);
+  const s = `${PREFIX}-sliding`;
+  const sw = { algorithm: 'sliding_window', limit: 3, window_ms: 2678400000 };
+  const r = await q.take(s, { ...sw, cost: 2, request_id: 'sw-1' });
+  assert.equal(r.allowed, true);
+  assert.equal(r.used, 2);
+  assert.equal((await q.take(s, { ...sw, cost: 2, request_id: 'sw-1' })).replay, true);
+  const denied = await q.take(s, { ...sw, cost: 2 });
+  assert.equal(denied.allowed, false);
+  assert.ok(denied.retry_after_ms > 0);
+  assert.equal((await q.peek(s, sw)).used, 2);
+  await q.close();
+});
+
 test('unknown option names are a TypeError', async () => {
   const q = await quotad.Client.connect(SOCKET);
   const s = `${PREFIX}-kw`;

@@ -8,6 +8,7 @@ async function main(): Promise<void> {
   const used: number = r.used;
   const lease: number | undefined = r.lease_ms;
   const p = await q.peek('alice', { limit: 5, window_ms: 60000, timeoutMs: 100 });
+  const sw: TakeReply = await q.take('carol', { algorithm: 'sliding_window', limit: 100, window_ms: 60000 });
   const daily: TakeReply = await q.take('alice', { algorithm: 'calendar', limit: 1000, period: 'day', time_zone: 'Asia/Shanghai' });
   const weekly = await q.peek('alice', { algorithm: 'calendar', limit: 9, period: 'week', week_start: 'sunday', jitter_ms: 60000 });
   const resets: number = daily.reset_ms + weekly.reset_ms;
@@ -29,7 +30,7 @@ async function main(): Promise<void> {
   }
   // @ts-expect-error a misspelled option is a type error too
   await q.take('alice', { limit: 5, window_ms: 60000, brust: 3 });
-  console.log(used, lease, p.remaining, released, ready, ok, q.reconnects);
+  console.log(used, lease, p.remaining, sw.used, released, ready, ok, q.reconnects);
   await q.close();
 }
 

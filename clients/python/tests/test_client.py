@@ -247,6 +247,18 @@ class ErrorsTest(unittest.TestCase):
         self.assertTrue(self.q.release(s, "job-1", **jobs)["released"])
         self.assertFalse(self.q.release(s, "job-1", **jobs)["released"])
 
+    def test_sliding_window(self) -> None:
+        s = f"{PREFIX}-sliding"
+        sw: Dict[str, Any] = dict(algorithm="sliding_window", limit=3, window_ms=2678400000)
+        r = self.q.take(s, cost=2, request_id="sw-1", **sw)
+        self.assertTrue(r["allowed"])
+        self.assertEqual(r["used"], 2)
+        self.assertTrue(self.q.take(s, cost=2, request_id="sw-1", **sw)["replay"])
+        r = self.q.take(s, cost=2, **sw)
+        self.assertFalse(r["allowed"])
+        self.assertGreater(r["retry_after_ms"], 0)
+        self.assertEqual(self.q.peek(s, **sw)["used"], 2)
+
     def test_unknown_codes_are_internal(self) -> None:
         e = quotad.error_from_reply({"ok": False, "error": "SOMETHING_NEW", "message": "m"})
         self.assertIsInstance(e, quotad.Internal)

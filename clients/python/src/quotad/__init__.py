@@ -544,10 +544,11 @@ class Client:
         Address the quota by a named policy, or inline: limit and window_ms
         (fixed window); algorithm="token_bucket" with rate, period_ms and
         burst; algorithm="concurrency" with limit and lease_ms (its take
-        needs a request_id: it names the lease); algorithm="calendar" with
-        limit and period ("minute" to "month"), and optionally time_zone
-        (an IANA name, default "UTC"), week_start (of a "week", default
-        "monday") and jitter_ms. A request_id makes the take
+        needs a request_id: it names the lease); algorithm="sliding_window"
+        with limit and window_ms; algorithm="calendar" with limit and period
+        ("minute" to "month"), and optionally time_zone (an IANA name,
+        default "UTC"), week_start (of a "week", default "monday") and
+        jitter_ms. A request_id makes the take
         safe to retry, and lets the client resend it after a lost
         connection. timeout_ms shortens the sidecar's Redis deadline;
         timeout (seconds) bounds this call here.

@@ -1,0 +1,53 @@
+package luascript_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/redis/rueidis"
+
+	"quotad/luascript"
+)
+
+// Each parser accepts only the reply its script sends: any other shape is
+// ErrMalformedReply, never a decision, and a script's refusal is its typed
+// error.
+func TestParsersRefuseOtherReplies(t *testing.T) {
+	e := setup(t)
+	reply := func(lua string) rueidis.RedisResult {
+		return e.c.Do(t.Context(), e.c.B().Eval().Script(lua).Numkeys(0).Build())
+	}
+	parsers := map[string]func(rueidis.RedisResult) error{
+		"ParseTake":               func(r rueidis.RedisResult) error { _, err := luascript.ParseTake(r); return err },
+		"ParsePeek":               func(r rueidis.RedisResult) error { _, err := luascript.ParsePeek(r); return err },
+		"ParseTokenBucketTake":    func(r rueidis.RedisResult) error { _, err := luascript.ParseTokenBucketTake(r); return err },
+		"ParseTokenBucketPeek":    func(r rueidis.RedisResult) error { _, err := luascript.ParseTokenBucketPeek(r); return err },
+		"ParseConcurrencyTake":    func(r rueidis.RedisResult) error { _, err := luascript.ParseConcurrencyTake(r); return err },
+		"ParseConcurrencyPeek":    func(r rueidis.RedisResult) error { _, err := luascript.ParseConcurrencyPeek(r); return err },
+		"ParseConcurrencyRelease": func(r rueidis.RedisResult) error { _, err := luascript.ParseConcurrencyRelease(r); return err },
+	}
+	for name, bad := range map[string][]string{
+		"ParseTake":               {"return nil", "return {1, 2, 0, 1000}", "return {2, 2, 0, 1000, 0}", "return {0, 2, 1, 1000, 0}", "return {1, -1, 0, 1000, 0}"},
+		"ParsePeek":               {"return {1, 2}", "return {0, 1, 0}", "return {1, 2, -2}", "return {2, 0, 0}"},
+		"ParseTokenBucketTake":    {"return {1, 0, 1, 0}", "return {1, 0, 1, 0, 5, 0}", "return {0, 0, 1, 0, 0, 0}", "return {0, 1, 1, 0, 5, 0}", "return {1, 0, -1, 0, 0, 0}"},
+		"ParseTokenBucketPeek":    {"return {1}", "return {-1, 0}", "return {1, -1}", "return {1, 'x'}"},
+		"ParseConcurrencyTake":    {"return {1, 0, 0, 0, 0, 0}", "return {0, 0, 1, 0, 0, 0}", "return {1, 1, 1, 0, 3, 0}", "return {1, 0, 1}"},
+		"ParseConcurrencyPeek":    {"return {0, 5}", "return {1, 0}", "return {-1, -1}", "return 1"},
+		"ParseConcurrencyRelease": {"return {2, 0}", "return {1, -1}", "return {1}"},
+	} {
+		for _, lua := range bad {
+			if err := parsers[name](reply(lua)); !errors.Is(err, luascript.ErrMalformedReply) {
+				t.Errorf("%s of %q = %v, want MALFORMED_REPLY", name, lua, err)
+			}
+		}
+	}
+	for name, parse := range parsers {
+		if err := parse(reply("return redis.error_reply('POLICY live window has limit:window_ms 5:1000')")); !errors.Is(err, luascript.ErrPolicy) {
+			t.Errorf("%s of a POLICY reply = %v, want POLICY", name, err)
+		}
+		var typed *luascript.Error
+		if err := parse(reply("return redis.error_reply('ERR boom')")); err == nil || errors.As(err, &typed) {
+			t.Errorf("%s of an ERR reply = %v, want an untyped error", name, err)
+		}
+	}
+}

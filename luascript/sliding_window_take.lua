@@ -1,0 +1,214 @@
+-- One decision on one sliding window (the two-window counter). See doc.go
+-- for the hash layout, and the prelude's sliding_window for the arithmetic.
+--
+-- KEYS[1]  window hash
+-- ARGV[1]  limit          canonical decimal, 1..MAX_LIMIT
+-- ARGV[2]  window_ms      canonical decimal, 1..MAX_WINDOW_MS
+-- ARGV[3]  cost           canonical decimal, 1..limit
+-- ARGV[4]  max_ids        canonical decimal, 1..MAX_REQUEST_IDS: cap on r:* records
+-- ARGV[5]  strict         "1": a live window with another policy is POLICY
+-- ARGV[6]  request_id     "" for none, else 1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]
+--
+-- Reply {allowed, replay, used, reset_ms, retry_after_ms, healed}, integers
+-- only: used is the estimate right after the decision, rounded up (for a
+-- replay, right after the original acceptance); reset_ms is until the
+-- whole use has slid out; retry_after_ms, when denied, is until a take of
+-- this cost fits. Error replies start with INVALID, CONFLICT, POLICY,
+-- WRONGTYPE or REQUEST_IDS_FULL.
+--
+-- Time is Redis's own (TIME), in whole milliseconds.
+--
+-- No error reply follows a write other than a restored TTL. Every argument
+-- is checked before Redis is touched, and the WRONGTYPE checks of the read
+-- come before any write. The first write of a path is either the PEXPIRE
+-- that heals a window without TTL, after which the replies may be POLICY,
+-- WRONGTYPE (a malformed record), CONFLICT or REQUEST_IDS_FULL, each marked
+-- TTL_RESTORED; or the HSET that applies an accepted take. Forgetting old
+-- records is planned with reads only, REQUEST_IDS_FULL is decided on that
+-- plan, and only then come the HSET, the HDEL of the plan and the PEXPIRE.
+-- A denial writes nothing (but a restored TTL), so it consumes nothing.
+--
+-- Under maxmemory (noeviction) the HSET, the first write that may grow
+-- memory, is refused before anything else is written, so a full Redis
+-- leaves a window untouched (but for a restored TTL) or decides in full.
+
+if #KEYS ~= 1 or #ARGV ~= 6 then
+  return redis.error_reply('INVALID want 1 key and 6 arguments')
+end
+local key = KEYS[1]
+local limit_s, window_s, cost_s, maxids_s, strict, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+
+local limit = dec(limit_s, 1, MAX_LIMIT)
+if not limit then
+  return redis.error_reply('INVALID limit must be a decimal in 1..' .. MAX_LIMIT)
+end
+local window = dec(window_s, 1, MAX_WINDOW_MS)
+if not window then
+  return redis.error_reply('INVALID window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
+end
+local cost = dec(cost_s, 1, limit)
+if not cost then
+  return redis.error_reply('INVALID cost must be a decimal in 1..limit')
+end
+local maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
+if not maxids then
+  return redis.error_reply('INVALID max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
+end
+if strict ~= '0' and strict ~= '1' then
+  return redis.error_reply('INVALID strict must be 0 or 1')
+end
+if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, '^[A-Za-z0-9_%-]+$')) then
+  return redis.error_reply('INVALID request_id must be 1 to ' .. MAX_REQUEST_ID_BYTES .. ' of A-Z a-z 0-9 _ -')
+end
+local policy = limit_s .. ':' .. window_s
+
+local _, now = redis_now()
+
+local f = redis.pcall('HMGET', key, 's', 'c', 'p', 'policy', 'ids', 'qh', 'qt', 'r:' .. id)
+if f.err then
+  if string.sub(f.err, 1, 10) == 'WRONGTYPE ' then
+    return redis.error_reply('WRONGTYPE key is not a quotad sliding window: it holds another type')
+  end
+  return f
+end
+local pttl = redis.call('PTTL', key)
+
+local s, c, p, stored, ids, qh, qt = 0, 0, 0, window, 0, 0, 0
+local stored_policy = f[4]
+if pttl ~= -2 then
+  s = dec(f[1], 0, MAX_EXACT)
+  c = dec(f[2], 0, MAX_LIMIT)
+  p = dec(f[3], 0, MAX_LIMIT)
+  ids = dec(f[5] or '0', 0, MAX_REQUEST_IDS)
+  qh = dec(f[6] or '0', 0, MAX_EXACT)
+  qt = dec(f[7] or '0', 0, MAX_EXACT)
+  stored = stored_policy and dec(string.match(stored_policy, '^%d+:(%d+)$'), 1, MAX_WINDOW_MS)
+  if not (s and c and p and ids and qh and qt and stored and qh <= qt) then
+    return redis.error_reply('WRONGTYPE key is not a quotad sliding window: a hash with other fields')
+  end
+end
+
+-- A window without a TTL would hold its use forever, so it gets one on
+-- whatever path follows, errors included: until its own counts have slid
+-- out under the window it was written with, not this caller's. Every
+-- error reply after it is marked.
+local healed, mark = 0, ''
+if pttl == -1 then
+  local ttl = math.max(s + 2 * stored - now, 1)
+  redis.call('PEXPIRE', key, ttl)
+  pttl, healed, mark = ttl, 1, ' TTL_RESTORED'
+end
+
+if strict == '1' and stored_policy and stored_policy ~= policy then
+  return redis.error_reply('POLICY live window has limit:window_ms ' .. stored_policy .. mark)
+end
+
+-- A named policy's new limit applies at once to the counts; see
+-- sliding_window's state for a new window.
+local sw = sliding_window(window)
+local prev, cur, start, elapsed = sw.state(now, s, c, p, stored)
+local share = sw.share(prev, elapsed)
+
+if id ~= '' and f[8] then
+  local rc, ru, rx = string.match(f[8], '^(%d+):(%d+):(%d+)$')
+  rx = dec(rx, 0, MAX_EXACT)
+  ru = dec(ru, 0, 2 * MAX_LIMIT)
+  if not rx or not ru then
+    return redis.error_reply('WRONGTYPE key is not a quotad sliding window: malformed request id record' .. mark)
+  end
+  -- A record lasts as long as the take it records counts in any estimate:
+  -- until the end of the period after the one it was counted in.
+  if rx > now then
+    if rc ~= cost_s then
+      return redis.error_reply('CONFLICT request id was accepted with cost ' .. rc .. mark)
+    end
+    return {1, 1, ru, sw.reset(now, prev, cur, start), 0, healed}
+  end
+end
+
+if share + cur + cost > limit then
+  return {0, 0, share + cur, sw.reset(now, prev, cur, start),
+    sw.retry(limit, now, prev, cur, start, elapsed, cost), healed}
+end
+
+-- Plan, with reads only, to forget up to three records past their expiry,
+-- oldest first. A take adds at most one record, so under any traffic the
+-- records stay bounded. Queue entries are "<id>:<expiry ms>"; a record
+-- renewed after its entry was queued is newer than the entry and stays.
+-- This take's own id is overwritten below, never forgotten.
+local drop, popped = {}, 0
+if qh < qt then
+  local qf = {}
+  for i = 0, math.min(3, qt - qh) - 1 do
+    qf[i + 1] = 'q:' .. string.format('%d', qh + i)
+  end
+  local qs = redis.call('HMGET', key, unpack(qf))
+  local rf, seen = {}, {}
+  for i = 1, #qf do
+    local qid, qx = string.match(qs[i] or '', '^(.+):(%d+)$')
+    qx = dec(qx, 0, MAX_EXACT)
+    if qx and qx > now then
+      break
+    end
+    drop[#drop + 1] = qf[i]
+    popped = popped + 1
+    if qid and qid ~= id and not seen[qid] then
+      seen[qid] = true
+      rf[#rf + 1] = 'r:' .. qid
+    end
+  end
+  if #rf > 0 then
+    local recs = redis.call('HMGET', key, unpack(rf))
+    for i = 1, #rf do
+      local rec = recs[i]
+      local rx = rec and dec(string.match(rec, ':(%d+)$'), 0, MAX_EXACT)
+      if rec and (not rx or rx <= now) then
+        drop[#drop + 1] = rf[i]
+        ids = math.max(ids - 1, 0)
+      end
+    end
+  end
+end
+qh = qh + popped
+
+cur = cur + cost
+local used = share + cur
+-- The take counts until the end of the next period: the key, and this
+-- take's record, live exactly that long (two windows at most).
+local ends = start + 2 * window
+local fields = {'s', string.format('%d', start), 'c', string.format('%d', cur), 'p', string.format('%d', prev),
+  'policy', policy}
+if id ~= '' then
+  -- An expired record of this id is overwritten, so it is not counted again.
+  local fresh = not f[8]
+  if fresh and ids >= maxids then
+    return redis.error_reply('REQUEST_IDS_FULL window holds ' .. ids .. ' request ids' .. mark)
+  end
+  if fresh then
+    ids = ids + 1
+  end
+  local exp = string.format('%d', ends)
+  fields[#fields + 1] = 'r:' .. id
+  fields[#fields + 1] = cost_s .. ':' .. string.format('%d', used) .. ':' .. exp
+  fields[#fields + 1] = 'q:' .. string.format('%d', qt)
+  fields[#fields + 1] = id .. ':' .. exp
+  qt = qt + 1
+end
+fields[#fields + 1] = 'ids'
+fields[#fields + 1] = string.format('%d', ids)
+fields[#fields + 1] = 'qh'
+fields[#fields + 1] = string.format('%d', qh)
+fields[#fields + 1] = 'qt'
+fields[#fields + 1] = string.format('%d', qt)
+-- The HSET first (see the top): the fields it writes (this id's record, the
+-- queue's new tail) are never among those dropped.
+redis.call('HSET', key, unpack(fields))
+if #drop > 0 then
+  redis.call('HDEL', key, unpack(drop))
+end
+-- Under one window ends only moves on, so this never shortens the key's
+-- life; after a named policy's window shrank it may, and the records of
+-- the old window then go with the key once their takes no longer count
+-- under the new one.
+redis.call('PEXPIRE', key, math.max(ends - now, 1))
+return {1, 0, used, ends - now, 0, healed}

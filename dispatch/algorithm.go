@@ -37,11 +37,11 @@ type Algorithm interface {
 
 // algorithms is the registry: an algorithm's Name to its implementation.
 var algorithms = map[string]Algorithm{
-	limits.FixedWindow: fixedWindow{},
-	limits.TokenBucket: tokenBucket{},
-	limits.Concurrency: concurrency{},
-
+	limits.FixedWindow:   fixedWindow{},
+	limits.TokenBucket:   tokenBucket{},
+	limits.Concurrency:   concurrency{},
 	limits.SlidingWindow: slidingWindow{},
+	limits.Calendar:      calendar{},
 }
 
 // Limit is what a request is decided against once its policy (or inline

@@ -261,7 +261,8 @@ func (d *doctor) inspect(ctx context.Context, n rueidis.Client, keys []string) e
 
 // noTTL reports a key without a TTL and, with Fix, gives it one: the
 // key's own length when its hash records it (the layout's WindowField,
-// "<limit>:<window_ms>"), else DefaultTTL.
+// "<limit>:<window_ms>"), until its period's end for a calendar window
+// (calendar.go), else DefaultTTL.
 func (d *doctor) noTTL(ctx context.Context, n rueidis.Client, key, alg string) (NoTTLKey, error) {
 	nt := NoTTLKey{Key: key, Algorithm: alg}
 	if !d.opts.Fix {
@@ -270,6 +271,11 @@ func (d *doctor) noTTL(ctx context.Context, n rueidis.Client, key, alg string) (
 	ttl := d.opts.DefaultTTL.Milliseconds()
 	if l, ok := layoutByAlgorithm(alg); ok && l.WindowField != "" {
 		if ms, ok := windowOf(ctx, n, key, l.WindowField); ok {
+			ttl = ms
+		}
+	}
+	if alg == limits.Calendar {
+		if ms, ok := calendarTTL(ctx, n, key, d.opts.KeyPrefix, time.Now()); ok {
 			ttl = ms
 		}
 	}

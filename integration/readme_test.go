@@ -60,7 +60,8 @@ import (
 // duration). A line that is a protocol reply ({"ok":...}) and has no "…"
 // compares as PROTOCOL.md's examples do (compareReply): the same fields in
 // the same order with equal values, except that a non-zero reset_ms or
-// retry_after_ms may be anything from 1 to 60000, a message any non-empty
+// retry_after_ms may be anything from 1 to 60000 (or to the value written,
+// when that is more), a message any non-empty
 // text and a version any string. Every other line must be equal.
 func TestReadme(t *testing.T) {
 	t.Parallel()

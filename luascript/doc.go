@@ -81,6 +81,25 @@
 // end of the period after its own, and so do its request id record and the
 // key: two windows at most. Every accepted take forgets up to three expired
 // records, as for the token bucket.
+// # Calendar window
+//
+// A calendar window is a fixed window aligned to the calendar of a time
+// zone (limits.CalendarWindow): one Redis hash per period, at
+// CalendarPeriodKey(CalendarKey(...), start ms), with the fields of a
+// fixed window, its policy field holding CalendarWindow.Spec:
+//
+//	used          units consumed in the period, decimal
+//	policy        "<limit>:<period>:<zone>:<week_start>:<jitter_ms>"
+//	ids           number of r:* records, decimal
+//	r:<id>        "<cost>:<used right after acceptance>"
+//
+// Redis has no zone database and the callers' clocks disagree, so the
+// caller computes three consecutive periods around its own clock
+// (CalendarAround, in Go) and the script decides in the one holding
+// Redis's TIME: every caller counts an instant in the same period, whatever
+// its skew below a period; beyond that the reply is CLOCK_SKEW and nothing
+// is written. The key expires a second after its period ends,
+// and a key found without a TTL gets that again.
 //
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).
 //

@@ -73,7 +73,7 @@ func replyError(op string, err error) error {
 		code, msg, _ := strings.Cut(strings.Clone(re.Error()), " ")
 		msg, healed := strings.CutSuffix(msg, healedMark)
 		switch code {
-		case CodeInvalid, CodeConflict, CodePolicy, CodeRequestIDsFull:
+		case CodeInvalid, CodeConflict, CodePolicy, CodeRequestIDsFull, CodeClockSkew:
 			return &Error{Code: code, Message: msg, Healed: healed}
 		case CodeWrongType:
 			if strings.HasPrefix(msg, notWindow) {

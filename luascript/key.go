@@ -7,6 +7,8 @@ package luascript
 //	<prefix>tb:{p:<policy>:<subject>}   token bucket, likewise
 //	<prefix>cc:{p:<policy>:<subject>}   concurrency leases, likewise
 //	<prefix>sw:{p:<policy>:<subject>}   sliding window, likewise (SlidingWindowKey)
+//	<prefix>cal:{p:<policy>:<subject>}:<start ms>
+//	                                    calendar window of the period starting then
 //
 // The p:/i: marker keeps named and inline windows apart. Policy names are
 // [A-Za-z0-9_.-]{1,64} with no colon, so the first colon after "p:" ends the
@@ -45,6 +47,16 @@ func ConcurrencyKey(prefix, policy, subject string) string {
 	return prefix + "cc:{p:" + policy + ":" + subject + "}"
 }
 
+// CalendarKey is the part of the calendar windows' keys of (policy,
+// subject) that every period shares, laid out as FixedWindowKey; each
+// period's window is CalendarPeriodKey of it.
+func CalendarKey(prefix, policy, subject string) string {
+	if policy == "" {
+		return prefix + "cal:{i:" + subject + "}"
+	}
+	return prefix + "cal:{p:" + policy + ":" + subject + "}"
+}
+
 // Layout is how one algorithm's keys look in Redis, for tools that read
 // them (quotad doctor) rather than decide.
 type Layout struct {
@@ -74,6 +86,8 @@ var Layouts = []Layout{
 	// most, so a TTL of one window, which doctor --fix gives, only ever
 	// forgets use early.
 	{Tag: "sw", Algorithm: "sliding_window", IDMatch: "r:*", Fixed: 7, WindowField: "policy"},
+	// used, policy and ids; the key's last part names its period.
+	{Tag: "cal", Algorithm: "calendar", IDMatch: "r:*", Fixed: 3},
 }
 
 // LayoutOf returns the layout whose Tag is tag.

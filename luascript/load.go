@@ -20,6 +20,7 @@ var scripts = []*script{
 	tokenBucketTake, tokenBucketPeek,
 	concurrencyTake, concurrencyPeek, concurrencyRelease,
 	slidingWindowTake, slidingWindowPeek,
+	calendarTake, calendarPeek,
 }
 
 // sources are the scripts' texts, prelude included, as Redis holds them.

@@ -33,6 +33,9 @@ func foreignFields(algo string, fp filePolicy, fail func(field, msg string) erro
 		"burst":           !fp.Burst.IsZero(),
 		"dedupe":          fp.Dedupe != "",
 		"lease":           fp.Lease != "",
+		"time_zone":       fp.TimeZone != "",
+		"week_start":      fp.WeekStart != "",
+		"jitter":          fp.Jitter != "",
 	}
 	var own []string
 	switch algo {
@@ -44,13 +47,15 @@ func foreignFields(algo string, fp filePolicy, fail func(field, msg string) erro
 		own = []string{"limit", "lease"}
 	case AlgorithmSlidingWindow:
 		own = []string{"limit", "window", "max_request_ids"}
+	case AlgorithmCalendar:
+		own = calendarOwn
 	default:
 		return nil
 	}
 	for _, f := range own {
 		delete(given, f)
 	}
-	for _, f := range []string{"limit", "window", "max_request_ids", "rate", "period", "burst", "dedupe", "lease"} {
+	for _, f := range []string{"limit", "window", "max_request_ids", "rate", "period", "burst", "dedupe", "lease", "time_zone", "week_start", "jitter"} {
 		if given[f] {
 			return fail(f, "is not a field of "+algo)
 		}

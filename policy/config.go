@@ -55,6 +55,11 @@ type Policy struct {
 	DedupeMS int64
 	LeaseMS  int64
 	Mode     string // ModeEnforce or ModeShadow
+	// A calendar window (calendar.go): Limit per Period of TimeZone.
+	Period    string
+	TimeZone  string
+	WeekStart time.Weekday
+	JitterMS  int64
 }
 
 // Config is a parsed and validated policy file. It is immutable once built;
@@ -89,6 +94,9 @@ type filePolicy struct {
 	Dedupe        string    `yaml:"dedupe"`
 	Lease         string    `yaml:"lease"`
 	Mode          string    `yaml:"mode"`
+	TimeZone      string    `yaml:"time_zone"`
+	WeekStart     string    `yaml:"week_start"`
+	Jitter        string    `yaml:"jitter"`
 }
 
 // intField decodes a YAML integer, refusing floats and strings.
@@ -377,8 +385,10 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 	case AlgorithmSlidingWindow:
 		// limit, window and max_request_ids, read below as for the fixed
 		// window.
+	case AlgorithmCalendar:
+		return buildCalendar(p, fp, fail)
 	default:
-		return nil, fail("algorithm", "unknown algorithm "+quote(p.Algorithm)+" (supported: fixed_window, token_bucket, concurrency, sliding_window)")
+		return nil, fail("algorithm", "unknown algorithm "+quote(p.Algorithm)+" (supported: fixed_window, token_bucket, concurrency, sliding_window, calendar)")
 	}
 	if fp.Limit.IsZero() {
 		return nil, fail("limit", "is required")
@@ -421,6 +431,8 @@ func (p *Policy) Shape() limits.Shape {
 		return limits.Leases{Limit: p.Limit, LeaseMS: p.LeaseMS}
 	case limits.SlidingWindow:
 		return limits.Sliding{Limit: p.Limit, WindowMS: p.WindowMS}
+	case limits.Calendar:
+		return p.calendar()
 	}
 	return limits.Window{Limit: p.Limit, WindowMS: p.WindowMS}
 }

@@ -13,6 +13,7 @@ const (
 	AlgorithmFixedWindow = limits.FixedWindow
 	AlgorithmTokenBucket = limits.TokenBucket
 	AlgorithmConcurrency = limits.Concurrency
+	AlgorithmCalendar    = limits.Calendar
 )
 
 // AlgorithmSlidingWindow is the two-window counter (limits.Sliding).
@@ -22,16 +23,16 @@ const AlgorithmSlidingWindow = limits.SlidingWindow
 const MaxLeases = limits.MaxLeases
 
 // algorithmFields are the inline fields beyond limit and window_ms.
-const algorithmFields = fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst | fieldLeaseMS
+const algorithmFields = fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst | fieldLeaseMS | calendarFields
 
 // inline fields each algorithm accepts; any other inline field is INVALID,
 // so a field meant for another algorithm is never silently ignored.
 var algorithmInline = map[string]field{
-	AlgorithmFixedWindow: fieldAlgorithm | fieldLimit | fieldWindowMS,
-	AlgorithmTokenBucket: fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst,
-	AlgorithmConcurrency: fieldAlgorithm | fieldLimit | fieldLeaseMS,
-
+	AlgorithmFixedWindow:   fieldAlgorithm | fieldLimit | fieldWindowMS,
+	AlgorithmTokenBucket:   fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst,
+	AlgorithmConcurrency:   fieldAlgorithm | fieldLimit | fieldLeaseMS,
 	AlgorithmSlidingWindow: fieldAlgorithm | fieldLimit | fieldWindowMS,
+	AlgorithmCalendar:      fieldAlgorithm | fieldLimit | calendarFields,
 }
 
 // validateAlgorithm checks the inline form of a request that gave an
@@ -46,7 +47,7 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 	}
 	allowed, ok := algorithmInline[algo]
 	if !ok {
-		return invalid("unknown algorithm " + strconv.Quote(algo) + ": one of fixed_window, token_bucket, concurrency, sliding_window")
+		return invalid("unknown algorithm " + strconv.Quote(algo) + ": one of fixed_window, token_bucket, concurrency, sliding_window, calendar")
 	}
 	inline := fieldLimit | fieldWindowMS | algorithmFields
 	if extra := r.fields & inline &^ allowed; extra != 0 {
@@ -76,6 +77,8 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 			return invalid("sliding_window needs limit and window_ms")
 		}
 		return invalidShape(limits.Sliding{Limit: r.Limit, WindowMS: r.WindowMS}.Check())
+	case AlgorithmCalendar:
+		return r.validateCalendar()
 	}
 	return nil
 }
@@ -123,6 +126,7 @@ func fieldName(f field) string {
 	}{
 		{fieldLimit, "limit"}, {fieldWindowMS, "window_ms"}, {fieldAlgorithm, "algorithm"}, {fieldRate, "rate"},
 		{fieldPeriodMS, "period_ms"}, {fieldBurst, "burst"}, {fieldLeaseMS, "lease_ms"},
+		{fieldPeriod, "period"}, {fieldTimeZone, "time_zone"}, {fieldWeekStart, "week_start"}, {fieldJitterMS, "jitter_ms"},
 	} {
 		if f&n.f != 0 {
 			return n.name
@@ -144,6 +148,8 @@ func (r *Request) InlineShape() limits.Shape {
 		return limits.Leases{Limit: r.Limit, LeaseMS: r.LeaseMS}
 	case AlgorithmSlidingWindow:
 		return limits.Sliding{Limit: r.Limit, WindowMS: r.WindowMS}
+	case AlgorithmCalendar:
+		return r.calendarShape()
 	}
 	return limits.Window{Limit: r.Limit, WindowMS: r.WindowMS}
 }

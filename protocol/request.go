@@ -68,6 +68,12 @@ type Request struct {
 	// Headers: the reply of a take or peek carries the RateLimit header
 	// fields of its decision (headers.go).
 	Headers bool
+	// Inline limits of a calendar window (calendar.go): TimeZone and
+	// WeekStart are "" when absent, which mean UTC and monday.
+	Period    string
+	TimeZone  string
+	WeekStart string
+	JitterMS  int64
 }
 
 type field uint32
@@ -88,6 +94,10 @@ const (
 	fieldBurst
 	fieldLeaseMS
 	fieldHeaders
+	fieldPeriod
+	fieldTimeZone
+	fieldWeekStart
+	fieldJitterMS
 )
 
 // HasInline reports whether the request gave inline limits, of any
@@ -328,6 +338,14 @@ func fieldOf(key []byte) field {
 		return fieldLeaseMS
 	case "headers":
 		return fieldHeaders
+	case "period":
+		return fieldPeriod
+	case "time_zone":
+		return fieldTimeZone
+	case "week_start":
+		return fieldWeekStart
+	case "jitter_ms":
+		return fieldJitterMS
 	}
 	return 0
 }
@@ -432,6 +450,20 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		return d.intValue("lease_ms", &r.LeaseMS)
 	case fieldHeaders:
 		return d.boolValue("headers", &r.Headers)
+	case fieldPeriod:
+		s, _, err := d.stringValue("period")
+		r.Period = s
+		return err
+	case fieldTimeZone:
+		s, _, err := d.stringValue("time_zone")
+		r.TimeZone = s
+		return err
+	case fieldWeekStart:
+		s, _, err := d.stringValue("week_start")
+		r.WeekStart = s
+		return err
+	case fieldJitterMS:
+		return d.intValue("jitter_ms", &r.JitterMS)
 	}
 	return nil
 }

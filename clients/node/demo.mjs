@@ -91,6 +91,18 @@ async function run(q, subject) {
   show('release', rel);
   expect(rel.released && rel.used === 1, 'job-1 released', rel);
   for (const job of ['job-2', 'job-3']) await q.release(`${subject}-cc`, job, jobs);
+
+  // A calendar window: 2 units per day of Shanghai's clock, reset at its midnight.
+  const day = { algorithm: 'calendar', limit: 2, period: 'day', time_zone: 'Asia/Shanghai' };
+  r = await q.take(`${subject}-cal`, { ...day, cost: 2, request_id: 'day-1' });
+  show('take', r);
+  expect(r.allowed && r.used === 2 && r.reset_ms > 0 && r.reset_ms <= 86400000, "the day's quota taken", r);
+  r = await q.take(`${subject}-cal`, day);
+  show('take', r);
+  expect(!r.allowed && r.retry_after_ms === r.reset_ms, "denied until Shanghai's midnight", r);
+  const p = await q.peek(`${subject}-cal-week`, { algorithm: 'calendar', limit: 5, period: 'week', week_start: 'sunday' });
+  show('peek', p);
+  expect(p.used === 0 && p.reset_ms <= 7 * 86400000, 'an unused week, reset at its end', p);
 }
 
 async function main(argv) {

@@ -11,7 +11,7 @@ export interface Address {
   limit?: number;
   /** Fixed and sliding window: the window in milliseconds. */
   window_ms?: number;
-  algorithm?: 'fixed_window' | 'token_bucket' | 'concurrency' | 'sliding_window';
+  algorithm?: 'fixed_window' | 'token_bucket' | 'concurrency' | 'sliding_window' | 'calendar';
   /** Token bucket: tokens added per period_ms. */
   rate?: number;
   period_ms?: number;
@@ -19,6 +19,14 @@ export interface Address {
   burst?: number;
   /** Concurrency: how long a lease lives unless renewed. */
   lease_ms?: number;
+  /** Calendar: the period counted, in time_zone's wall clock. */
+  period?: 'minute' | 'hour' | 'day' | 'week' | 'month';
+  /** Calendar: an IANA zone name such as 'Asia/Shanghai'; default 'UTC'. */
+  time_zone?: string;
+  /** Calendar, a week period only: its first day; default 'monday'. */
+  week_start?: 'monday' | 'tuesday' | 'wednesday' | 'thursday' | 'friday' | 'saturday' | 'sunday';
+  /** Calendar: move this subject's boundaries later by up to this many ms (less than one period). */
+  jitter_ms?: number;
   /** Shortens the sidecar's Redis deadline for this request. */
   timeout_ms?: number;
 }

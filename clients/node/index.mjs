@@ -124,7 +124,8 @@ export function errorFromReply(reply) {
 
 // -- requests ---------------------------------------------------------------
 
-const ADDRESS = ['policy', 'limit', 'window_ms', 'algorithm', 'rate', 'period_ms', 'burst', 'lease_ms', 'timeout_ms'];
+const ADDRESS = ['policy', 'limit', 'window_ms', 'algorithm', 'rate', 'period_ms', 'burst', 'lease_ms', 'timeout_ms',
+  'period', 'time_zone', 'week_start', 'jitter_ms'];
 const OPTIONS = {
   take: [...ADDRESS, 'cost', 'request_id', 'headers', 'timeoutMs'],
   peek: [...ADDRESS, 'headers', 'timeoutMs'],
@@ -443,7 +444,9 @@ export class Client {
   // or inline: { limit, window_ms } (fixed window); { algorithm:
   // 'token_bucket', rate, period_ms, burst }; { algorithm: 'concurrency',
   // limit, lease_ms } (its take needs a request_id: it names the lease);
-  // { algorithm: 'sliding_window', limit, window_ms }. A
+  // { algorithm: 'sliding_window', limit, window_ms }; { algorithm: 'calendar',
+  // limit, period, time_zone, week_start, jitter_ms } (period 'minute' to
+  // 'month'; time_zone default 'UTC'). A
   // request_id makes the take safe to retry, and lets the client resend it
   // after a lost connection. timeout_ms shortens the sidecar's Redis
   // deadline; timeoutMs bounds this call here. { headers: true } adds the

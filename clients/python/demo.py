@@ -99,6 +99,19 @@ def run(q: quotad.Client, subject: str) -> None:
     for job in ("job-2", "job-3"):
         q.release(lease, job, algorithm="concurrency", limit=2, lease_ms=30000)
 
+    # A calendar window: 2 units per day of Shanghai's clock, reset at its midnight.
+    day = subject + "-cal"
+    r = q.take(day, algorithm="calendar", limit=2, period="day", time_zone="Asia/Shanghai", cost=2,
+               request_id="day-1")
+    show("take", r)
+    expect(r["allowed"] and r["used"] == 2 and 0 < r["reset_ms"] <= 86400000, "the day's quota taken", r)
+    r = q.take(day, algorithm="calendar", limit=2, period="day", time_zone="Asia/Shanghai")
+    show("take", r)
+    expect(not r["allowed"] and r["retry_after_ms"] == r["reset_ms"], "denied until Shanghai's midnight", r)
+    p = q.peek(day + "-week", algorithm="calendar", limit=5, period="week", week_start="sunday")
+    show("peek", p)
+    expect(p["used"] == 0 and p["reset_ms"] <= 7 * 86400000, "an unused week, reset at its end", p)
+
 
 def main(argv: List[str]) -> int:
     if len(argv) != 3:

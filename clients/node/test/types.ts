@@ -12,6 +12,9 @@ async function main(): Promise<void> {
   const h: Record<string, string> = rateLimitHeaders(await q.take('alice', { policy: 'api', headers: true }));
   const policyField: string | undefined = (await q.peek('alice', { policy: 'api', headers: true })).headers?.['RateLimit-Policy'];
   console.log(h, policyField);
+  const daily: TakeReply = await q.take('alice', { algorithm: 'calendar', limit: 1000, period: 'day', time_zone: 'Asia/Shanghai' });
+  const weekly = await q.peek('alice', { algorithm: 'calendar', limit: 9, period: 'week', week_start: 'sunday', jitter_ms: 60000 });
+  const resets: number = daily.reset_ms + weekly.reset_ms;
   const rel = await q.release('jobs', 'job-1', { algorithm: 'concurrency', limit: 2, lease_ms: 30000 });
   const released: boolean = rel.released;
   const ping = await q.ping();

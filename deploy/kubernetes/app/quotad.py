@@ -66,6 +66,7 @@ __all__ = [
     "PingReply",
     "PolicyMismatch",
     "QuotadError",
+    "RateLimitHeaders",
     "ReleaseReply",
     "Reply",
     "RequestIdsFull",
@@ -76,6 +77,7 @@ __all__ = [
     "Unavailable",
     "UnknownPolicy",
     "WrongType",
+    "rate_limit_headers",
 ]
 
 DEFAULT_SOCKET = "/run/quotad/quotad.sock"
@@ -97,6 +99,17 @@ _BACKOFF_MAX = 0.25
 Reply = Dict[str, Any]
 
 
+# The IETF RateLimit header fields of a take or peek asked with
+# headers=True, by field name: values to copy into an HTTP response as they
+# are. "RateLimit" is absent from a degraded answer, "Retry-After" from all
+# but a denied take.
+RateLimitHeaders = TypedDict("RateLimitHeaders", {
+    "RateLimit-Policy": str,
+    "RateLimit": str,
+    "Retry-After": str,
+}, total=False)
+
+
 class _TakeFields(TypedDict):
     ok: bool
     allowed: bool
@@ -115,14 +128,21 @@ class TakeReply(_TakeFields, total=False):
     shadow: bool
     shadow_allowed: bool
     degraded: bool
+    headers: RateLimitHeaders
 
 
-class PeekReply(TypedDict):
+class _PeekFields(TypedDict):
     ok: bool
     limit: int
     used: int
     remaining: int
     reset_ms: int
+
+
+class PeekReply(_PeekFields, total=False):
+    """The reply to a peek; headers only when asked for."""
+
+    headers: RateLimitHeaders
 
 
 class ReleaseReply(TypedDict):
@@ -271,6 +291,18 @@ def _request(op: str, fields: Mapping[str, Any]) -> Reply:
     req: Reply = {"op": op}
     req.update((k, v) for k, v in fields.items() if v is not None)
     return req
+
+
+def rate_limit_headers(reply: Mapping[str, Any]) -> Dict[str, str]:
+    """The HTTP header fields of a take or peek reply asked with
+    headers=True, as a new dict to merge into a response's headers:
+    RateLimit-Policy, RateLimit and, on a denial, Retry-After. Empty when
+    the reply has none (the request did not ask, or it is not a take or
+    peek); nothing is computed here, the sidecar renders every value."""
+    fields = reply.get("headers")
+    if not isinstance(fields, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in fields.items()}
 
 
 def _resendable(req: Mapping[str, Any]) -> bool:
@@ -535,33 +567,47 @@ class Client:
              window_ms: Optional[int] = None, cost: int = 1, request_id: Optional[str] = None, *,
              algorithm: Optional[str] = None, rate: Optional[int] = None,
              period_ms: Optional[int] = None, burst: Optional[int] = None,
-             lease_ms: Optional[int] = None, timeout_ms: Optional[int] = None,
-             timeout: Optional[float] = None) -> TakeReply:
+             lease_ms: Optional[int] = None, period: Optional[str] = None,
+             time_zone: Optional[str] = None, week_start: Optional[str] = None,
+             jitter_ms: Optional[int] = None, timeout_ms: Optional[int] = None,
+             headers: bool = False, timeout: Optional[float] = None) -> TakeReply:
         """Consume cost units of subject's quota.
 
         Address the quota by a named policy, or inline: limit and window_ms
         (fixed window); algorithm="token_bucket" with rate, period_ms and
         burst; algorithm="concurrency" with limit and lease_ms (its take
-        needs a request_id: it names the lease). A request_id makes the take
+        needs a request_id: it names the lease); algorithm="sliding_window"
+        with limit and window_ms; algorithm="calendar" with limit and period
+        ("minute" to "month"), and optionally time_zone (an IANA name,
+        default "UTC"), week_start (of a "week", default "monday") and
+        jitter_ms. A request_id makes the take
         safe to retry, and lets the client resend it after a lost
         connection. timeout_ms shortens the sidecar's Redis deadline;
-        timeout (seconds) bounds this call here.
+        timeout (seconds) bounds this call here. headers=True adds the
+        reply's RateLimit header fields (see rate_limit_headers).
         """
         req = _request("take", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                     cost=cost, request_id=request_id, algorithm=algorithm, rate=rate,
                                     period_ms=period_ms, burst=burst, lease_ms=lease_ms,
-                                    timeout_ms=timeout_ms))
+                                    period=period, time_zone=time_zone, week_start=week_start,
+                                    jitter_ms=jitter_ms, timeout_ms=timeout_ms,
+                                    headers=True if headers else None))
         return cast(TakeReply, self.request(req, timeout=timeout))
 
     def peek(self, subject: str, policy: Optional[str] = None, limit: Optional[int] = None,
              window_ms: Optional[int] = None, *, algorithm: Optional[str] = None,
              rate: Optional[int] = None, period_ms: Optional[int] = None,
              burst: Optional[int] = None, lease_ms: Optional[int] = None,
-             timeout_ms: Optional[int] = None, timeout: Optional[float] = None) -> PeekReply:
+             period: Optional[str] = None, time_zone: Optional[str] = None,
+             week_start: Optional[str] = None, jitter_ms: Optional[int] = None,
+             timeout_ms: Optional[int] = None, headers: bool = False,
+             timeout: Optional[float] = None) -> PeekReply:
         """Report subject's quota without consuming any (addressed as for take)."""
         req = _request("peek", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                     algorithm=algorithm, rate=rate, period_ms=period_ms, burst=burst,
-                                    lease_ms=lease_ms, timeout_ms=timeout_ms))
+                                    lease_ms=lease_ms, period=period, time_zone=time_zone,
+                                    week_start=week_start, jitter_ms=jitter_ms, timeout_ms=timeout_ms,
+                                    headers=True if headers else None))
         return cast(PeekReply, self.request(req, timeout=timeout))
 
     def release(self, subject: str, request_id: str, policy: Optional[str] = None, *,
@@ -918,24 +964,33 @@ class AsyncClient:
                    window_ms: Optional[int] = None, cost: int = 1, request_id: Optional[str] = None, *,
                    algorithm: Optional[str] = None, rate: Optional[int] = None,
                    period_ms: Optional[int] = None, burst: Optional[int] = None,
-                   lease_ms: Optional[int] = None, timeout_ms: Optional[int] = None,
-                   timeout: Optional[float] = None) -> TakeReply:
+                   lease_ms: Optional[int] = None, period: Optional[str] = None,
+                   time_zone: Optional[str] = None, week_start: Optional[str] = None,
+                   jitter_ms: Optional[int] = None, timeout_ms: Optional[int] = None,
+                   headers: bool = False, timeout: Optional[float] = None) -> TakeReply:
         """Consume cost units of subject's quota; see Client.take."""
         req = _request("take", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                     cost=cost, request_id=request_id, algorithm=algorithm, rate=rate,
                                     period_ms=period_ms, burst=burst, lease_ms=lease_ms,
-                                    timeout_ms=timeout_ms))
+                                    period=period, time_zone=time_zone, week_start=week_start,
+                                    jitter_ms=jitter_ms, timeout_ms=timeout_ms,
+                                    headers=True if headers else None))
         return cast(TakeReply, await self.request(req, timeout=timeout))
 
     async def peek(self, subject: str, policy: Optional[str] = None, limit: Optional[int] = None,
                    window_ms: Optional[int] = None, *, algorithm: Optional[str] = None,
                    rate: Optional[int] = None, period_ms: Optional[int] = None,
                    burst: Optional[int] = None, lease_ms: Optional[int] = None,
-                   timeout_ms: Optional[int] = None, timeout: Optional[float] = None) -> PeekReply:
+                   period: Optional[str] = None, time_zone: Optional[str] = None,
+                   week_start: Optional[str] = None, jitter_ms: Optional[int] = None,
+                   timeout_ms: Optional[int] = None, headers: bool = False,
+                   timeout: Optional[float] = None) -> PeekReply:
         """Report subject's quota without consuming any; see Client.peek."""
         req = _request("peek", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                     algorithm=algorithm, rate=rate, period_ms=period_ms, burst=burst,
-                                    lease_ms=lease_ms, timeout_ms=timeout_ms))
+                                    lease_ms=lease_ms, period=period, time_zone=time_zone,
+                                    week_start=week_start, jitter_ms=jitter_ms, timeout_ms=timeout_ms,
+                                    headers=True if headers else None))
         return cast(PeekReply, await self.request(req, timeout=timeout))
 
     async def release(self, subject: str, request_id: str, policy: Optional[str] = None, *,

@@ -567,7 +567,9 @@ class Client:
              window_ms: Optional[int] = None, cost: int = 1, request_id: Optional[str] = None, *,
              algorithm: Optional[str] = None, rate: Optional[int] = None,
              period_ms: Optional[int] = None, burst: Optional[int] = None,
-             lease_ms: Optional[int] = None, timeout_ms: Optional[int] = None,
+             lease_ms: Optional[int] = None, period: Optional[str] = None,
+             time_zone: Optional[str] = None, week_start: Optional[str] = None,
+             jitter_ms: Optional[int] = None, timeout_ms: Optional[int] = None,
              headers: bool = False, timeout: Optional[float] = None) -> TakeReply:
         """Consume cost units of subject's quota.
 
@@ -575,7 +577,10 @@ class Client:
         (fixed window); algorithm="token_bucket" with rate, period_ms and
         burst; algorithm="concurrency" with limit and lease_ms (its take
         needs a request_id: it names the lease); algorithm="sliding_window"
-        with limit and window_ms. A request_id makes the take
+        with limit and window_ms; algorithm="calendar" with limit and period
+        ("minute" to "month"), and optionally time_zone (an IANA name,
+        default "UTC"), week_start (of a "week", default "monday") and
+        jitter_ms. A request_id makes the take
         safe to retry, and lets the client resend it after a lost
         connection. timeout_ms shortens the sidecar's Redis deadline;
         timeout (seconds) bounds this call here. headers=True adds the
@@ -584,19 +589,24 @@ class Client:
         req = _request("take", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                     cost=cost, request_id=request_id, algorithm=algorithm, rate=rate,
                                     period_ms=period_ms, burst=burst, lease_ms=lease_ms,
-                                    timeout_ms=timeout_ms, headers=True if headers else None))
+                                    period=period, time_zone=time_zone, week_start=week_start,
+                                    jitter_ms=jitter_ms, timeout_ms=timeout_ms,
+                                    headers=True if headers else None))
         return cast(TakeReply, self.request(req, timeout=timeout))
 
     def peek(self, subject: str, policy: Optional[str] = None, limit: Optional[int] = None,
              window_ms: Optional[int] = None, *, algorithm: Optional[str] = None,
              rate: Optional[int] = None, period_ms: Optional[int] = None,
              burst: Optional[int] = None, lease_ms: Optional[int] = None,
+             period: Optional[str] = None, time_zone: Optional[str] = None,
+             week_start: Optional[str] = None, jitter_ms: Optional[int] = None,
              timeout_ms: Optional[int] = None, headers: bool = False,
              timeout: Optional[float] = None) -> PeekReply:
         """Report subject's quota without consuming any (addressed as for take)."""
         req = _request("peek", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                     algorithm=algorithm, rate=rate, period_ms=period_ms, burst=burst,
-                                    lease_ms=lease_ms, timeout_ms=timeout_ms,
+                                    lease_ms=lease_ms, period=period, time_zone=time_zone,
+                                    week_start=week_start, jitter_ms=jitter_ms, timeout_ms=timeout_ms,
                                     headers=True if headers else None))
         return cast(PeekReply, self.request(req, timeout=timeout))
 
@@ -954,25 +964,32 @@ class AsyncClient:
                    window_ms: Optional[int] = None, cost: int = 1, request_id: Optional[str] = None, *,
                    algorithm: Optional[str] = None, rate: Optional[int] = None,
                    period_ms: Optional[int] = None, burst: Optional[int] = None,
-                   lease_ms: Optional[int] = None, timeout_ms: Optional[int] = None,
+                   lease_ms: Optional[int] = None, period: Optional[str] = None,
+                   time_zone: Optional[str] = None, week_start: Optional[str] = None,
+                   jitter_ms: Optional[int] = None, timeout_ms: Optional[int] = None,
                    headers: bool = False, timeout: Optional[float] = None) -> TakeReply:
         """Consume cost units of subject's quota; see Client.take."""
         req = _request("take", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                     cost=cost, request_id=request_id, algorithm=algorithm, rate=rate,
                                     period_ms=period_ms, burst=burst, lease_ms=lease_ms,
-                                    timeout_ms=timeout_ms, headers=True if headers else None))
+                                    period=period, time_zone=time_zone, week_start=week_start,
+                                    jitter_ms=jitter_ms, timeout_ms=timeout_ms,
+                                    headers=True if headers else None))
         return cast(TakeReply, await self.request(req, timeout=timeout))
 
     async def peek(self, subject: str, policy: Optional[str] = None, limit: Optional[int] = None,
                    window_ms: Optional[int] = None, *, algorithm: Optional[str] = None,
                    rate: Optional[int] = None, period_ms: Optional[int] = None,
                    burst: Optional[int] = None, lease_ms: Optional[int] = None,
+                   period: Optional[str] = None, time_zone: Optional[str] = None,
+                   week_start: Optional[str] = None, jitter_ms: Optional[int] = None,
                    timeout_ms: Optional[int] = None, headers: bool = False,
                    timeout: Optional[float] = None) -> PeekReply:
         """Report subject's quota without consuming any; see Client.peek."""
         req = _request("peek", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                     algorithm=algorithm, rate=rate, period_ms=period_ms, burst=burst,
-                                    lease_ms=lease_ms, timeout_ms=timeout_ms,
+                                    lease_ms=lease_ms, period=period, time_zone=time_zone,
+                                    week_start=week_start, jitter_ms=jitter_ms, timeout_ms=timeout_ms,
                                     headers=True if headers else None))
         return cast(PeekReply, await self.request(req, timeout=timeout))
 

@@ -1,0 +1,80 @@
+package dispatch
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"quotad/limits"
+	"quotad/luascript"
+	"quotad/protocol"
+)
+
+// calendar is a fixed window aligned to the calendar of a time zone: a
+// minute, hour, day, week or month. The sidecar computes the periods
+// around its own clock; the script counts in the one holding Redis's
+// clock (luascript/calendar_take.lua), so every sidecar agrees.
+type calendar struct{}
+
+func (calendar) Name() string { return limits.Calendar }
+
+// Key is what a subject's periods share: the same-key order and the local
+// denial are per subject, and each period's window is a key of its own
+// (luascript.CalendarPeriodKey).
+func (calendar) Key(prefix, policy, subject string) string {
+	return luascript.CalendarKey(prefix, policy, subject)
+}
+
+// calendarClock is the sidecar's clock, read for each call.
+var calendarClock = time.Now
+
+func (calendar) Call(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
+	c := l.Shape.(limits.CalendarWindow)
+	periods := luascript.CalendarAround(c, c.Offset(req.Subject), calendarClock())
+	switch req.Op {
+	case protocol.OpPeek:
+		return luascript.CalendarPeekCall(luascript.CalendarPeekArgs{
+			Key: key, Spec: c.Spec(), Limit: c.Limit, Periods: periods, Strict: l.strict(),
+		})
+	case protocol.OpTake:
+		if req.Cost > c.Limit {
+			return luascript.Call{}, invalid("cost " + strconv.FormatInt(req.Cost, 10) + " exceeds the limit " + strconv.FormatInt(c.Limit, 10))
+		}
+		return luascript.CalendarTakeCall(luascript.CalendarArgs{
+			Key: key, Spec: c.Spec(), Limit: c.Limit, Periods: periods, Cost: req.Cost,
+			RequestID: req.RequestID, Strict: l.strict(), MaxRequestIDs: l.MaxRequestIDs,
+		})
+	}
+	return luascript.Call{}, errNotALease(l)
+}
+
+func (calendar) Parse(req *protocol.Request, l *Limit, res rueidis.RedisResult, o *Outcome) error {
+	if req.Op == protocol.OpPeek {
+		r, err := luascript.ParseCalendarPeek(res)
+		if err != nil {
+			return err
+		}
+		o.Used, o.Remaining, o.ResetMS = r.Used, max(o.Limit-r.Used, 0), r.ResetMS
+		return nil
+	}
+	r, err := luascript.ParseCalendarTake(res)
+	o.Healed = r.Healed
+	if err != nil {
+		return err
+	}
+	o.Allowed, o.Replay, o.Used, o.Remaining, o.ResetMS = r.Allowed, r.Replay, r.Used, max(o.Limit-r.Used, 0), r.ResetMS
+	if !r.Allowed {
+		// The period's use never falls before it ends.
+		o.RetryAfterMS = r.ResetMS
+	}
+	return nil
+}
+
+// DeniedFor: as for the fixed window, use within a period never
+// decreases, so the denial holds for any cost above what is left until
+// the period ends, Redis's reset_ms counted from before the call. The
+// next period is another key, which starts empty.
+func (calendar) DeniedFor(o *Outcome, _ int64) (time.Duration, int64) {
+	return time.Duration(o.ResetMS) * time.Millisecond, o.Limit - o.Used + 1
+}

@@ -52,7 +52,7 @@ func (b *batcher) submit(dec *Decision) {
 	if b.closed {
 		// The server has stopped: nothing is sent any more.
 		b.mu.Unlock()
-		b.answer([]*Decision{dec}, context.Canceled)
+		b.answer([]*Decision{dec}, errClosed)
 		return
 	}
 	b.pending = append(b.pending, dec)

@@ -19,6 +19,10 @@ import (
 // waited for earlier batches (UNAVAILABLE, not run).
 var ErrWaitedTooLong = errors.New("redis did not answer earlier calls within the deadline")
 
+// errClosed answers a decision that came after the dispatcher closed: the
+// sidecar has shut down and sent it nowhere.
+var errClosed = errors.New("the sidecar shut down: the request was not run")
+
 // transientReplies are Redis error replies that mean "not now": the request
 // was not run (or ran without writing) and may succeed later.
 var transientReplies = []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "OOM", "NOREPLICAS", "MISCONF"}
@@ -55,6 +59,8 @@ func (d *Dispatcher) fail(o *Outcome, err error) {
 		return
 	}
 	switch {
+	case errors.Is(err, errClosed):
+		o.fail(protocol.CodeShuttingDown, err.Error())
 	case errors.Is(err, context.Canceled) && d.shutting():
 		o.fail(protocol.CodeShuttingDown, "the sidecar shut down before redis answered"+unknown)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -49,6 +49,14 @@ type denyEntry struct {
 	until time.Time // monotonic: the denial holds until then
 }
 
+// localStater is an algorithm whose state recovers with time while a
+// denial holds (a token bucket refills): the local denial reports used and
+// remaining as they are at now, from the instant the state is whole again
+// (reset, the denial's reset_ms from before its call).
+type localStater interface {
+	localState(shape limits.Shape, reset, now time.Time) (used, remaining int64)
+}
+
 func newLocalDeny(entries int) *localDeny {
 	if entries <= 0 {
 		entries = DefaultLocalDenyEntries
@@ -80,6 +88,10 @@ func (d *localDeny) check(dec *Decision, now time.Time) bool {
 	}
 	o := &dec.Out
 	o.Allowed, o.Local, o.Used, o.Remaining = false, true, e.used, max(o.Limit-e.used, 0)
+	if ls, ok := dec.limit.Algorithm.(localStater); ok {
+		// A state that recovers with time is reported as it is now.
+		o.Used, o.Remaining = ls.localState(e.shape, e.reset, now)
+	}
 	// Rounded up, so that a client that waits retry_after_ms finds room.
 	o.RetryAfterMS = ms(e.until.Sub(now))
 	o.ResetMS = max(ms(e.reset.Sub(now)), o.RetryAfterMS)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"quotad/integration/redistest"
 	"quotad/limits"
 	"quotad/policy"
 	"quotad/protocol"
@@ -63,5 +64,33 @@ func TestLocalDenyMemoryIsBounded(t *testing.T) {
 	other.cfg = &policy.Config{}
 	if d.check(other, now) {
 		t.Fatal("a denial answered a take under a reloaded config")
+	}
+}
+
+// A token bucket refills while its denial holds: the local answer reports
+// the tokens there are now, as Redis would (at most one more, since it
+// counts from before Redis's answer; one fewer than the peek after it, if
+// a token came in between), not those at the denial.
+func TestLocalDenialOfABucketReportsItsRefill(t *testing.T) {
+	r := redistest.Start(t)
+	d := newDispatcher(t, openStore(t, r), nil, nil)
+	const bucket = `"algorithm":"token_bucket","rate":10,"period_ms":1000,"burst":10`
+	if o := decide(t, d, `{"op":"take","subject":"b",`+bucket+`,"cost":10}`); !o.Allowed {
+		t.Fatalf("first take = %+v", o)
+	}
+	if o := decide(t, d, `{"op":"take","subject":"b",`+bucket+`,"cost":10}`); o.Allowed || o.Local || o.Remaining != 0 {
+		t.Fatalf("second take = %+v, want denied by Redis with nothing left", o)
+	}
+	time.Sleep(300 * time.Millisecond) // three tokens' worth: the clock is the subject
+	local := decide(t, d, `{"op":"take","subject":"b",`+bucket+`,"cost":10}`)
+	peek := decide(t, d, `{"op":"peek","subject":"b",`+bucket+`}`)
+	if local.Allowed || !local.Local {
+		t.Fatalf("take after 300 ms = %+v, want denied locally", local)
+	}
+	if local.Remaining+1 < peek.Remaining || local.Remaining > peek.Remaining+1 || local.Used != 10-local.Remaining {
+		t.Fatalf("local answer remaining %d used %d; Redis's peek right after says remaining %d", local.Remaining, local.Used, peek.Remaining)
+	}
+	if local.Remaining == 0 {
+		t.Fatalf("local answer %+v reports the bucket as it was at the denial", local)
 	}
 }

@@ -44,6 +44,7 @@ const (
 	keyUsed        = "used"
 	keyRemaining   = "remaining"
 	keyRequestID   = "request_id"
+	keyLocal       = "local"
 	keyLatencyUS   = "latency_us"
 	keyKey         = "key"
 	keyHealedTotal = "healed_total"
@@ -185,8 +186,18 @@ func (m *metrics) observe(dec *Decision) {
 	if req.RequestID != "" {
 		fields = append(fields, zap.String(keyRequestID, req.RequestID))
 	}
+	if o.Local {
+		fields = append(fields, zap.Bool(keyLocal, true))
+	}
 	fields = append(fields, zap.Int64(keyLatencyUS, elapsed.Microseconds()))
 	m.decisionLog.Info("decision", fields...)
+}
+
+// ObserveRefused counts a request the server refused itself, before the
+// dispatcher saw it: a line that does not decode, one too long, one that
+// came while draining.
+func (d *Dispatcher) ObserveRefused(op protocol.Op, code protocol.Code) {
+	d.metrics.requests.WithLabelValues(op.String(), string(code)).Inc()
 }
 
 // ObservePing counts a ping answered by the server, which started at start.

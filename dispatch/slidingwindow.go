@@ -58,21 +58,9 @@ func (slidingWindow) Parse(req *protocol.Request, l *Limit, res rueidis.RedisRes
 	return nil
 }
 
-// DeniedFor: a denial holds until retry_after_ms less one ms, for this cost
-// or more, and that is exact. Without other takes the estimate only falls
-// with time, and the script's retry_after_ms is the first whole ms of
-// Redis's clock at which a take of this cost fits (exact, see the
-// prelude's sliding_window); other takes only add to the counts, a denial
-// or a replay changes nothing, and a larger cost fits no earlier. Redis decided
-// at some instant of its clock in [now, now + 1 ms), now its whole ms, and
-// the call was sent before that, so a hold of retry_after_ms - 1 from the
-// send ends before now + retry_after_ms, the first instant the take could
-// be accepted. A reload (a named policy's new limit or window) starts the
-// local denial afresh, and inline limits are strict, so the limits cannot
-// change under an entry.
-func (slidingWindow) DeniedFor(o *Outcome, cost int64) (time.Duration, int64) {
-	if o.RetryAfterMS <= 1 {
-		return 0, cost
-	}
-	return time.Duration(o.RetryAfterMS-1) * time.Millisecond, cost
-}
+// DeniedFor: never. A denial does prove that takes of this cost or more
+// fail until retry_after_ms (the estimate only falls with time, other
+// takes only add), but the estimate falls all the while, by how much the
+// outcome does not say (that needs the previous period's count), so an
+// answer from memory could not report used and remaining as Redis would.
+func (slidingWindow) DeniedFor(*Outcome, int64) (time.Duration, int64) { return 0, 0 }

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -45,8 +44,8 @@ func TestSlidingWindowThroughTheDispatcher(t *testing.T) {
 		t.Fatalf("cost above the limit = %+v, want INVALID", o)
 	}
 
-	// Redis denies, and says until when; the same take is then denied
-	// locally until then.
+	// Redis denies, and says until when; a denial is never answered from
+	// memory, since the estimate falls while it holds.
 	o = decide(t, d, `{"op":"take","subject":"u",`+swInline+`,"cost":2}`)
 	// 2 of 3 used: a take of 2 fits once the 2, weighted in the next
 	// period, fall to 1: half-way through it.
@@ -54,8 +53,8 @@ func TestSlidingWindowThroughTheDispatcher(t *testing.T) {
 		t.Fatalf("take over the limit = %+v, want denied until half-way through the next period", o)
 	}
 	o = decide(t, d, `{"op":"take","subject":"u",`+swInline+`,"cost":3}`)
-	if o.Allowed || !o.Local || o.RetryAfterMS <= 0 {
-		t.Fatalf("a larger take after a denial = %+v, want denied locally", o)
+	if o.Allowed || o.Local || o.RetryAfterMS <= 0 {
+		t.Fatalf("a larger take after a denial = %+v, want denied by Redis", o)
 	}
 	if o := decide(t, d, `{"op":"take","subject":"u",`+swInline+`,"cost":1}`); !o.Allowed || o.Local || o.Used != 3 {
 		t.Fatalf("a smaller take = %+v, want Redis to accept it", o)
@@ -90,8 +89,8 @@ func TestSlidingWindowPolicy(t *testing.T) {
 	if o := decide(t, d, `{"op":"take","subject":"u","policy":"api"}`); o.Allowed {
 		t.Fatalf("take over the limit = %+v", o)
 	}
-	if o := decide(t, d, `{"op":"take","subject":"u","policy":"api"}`); o.Allowed || !o.Local {
-		t.Fatalf("repeat = %+v, want denied locally", o)
+	if o := decide(t, d, `{"op":"take","subject":"u","policy":"api"}`); o.Allowed || o.Local {
+		t.Fatalf("repeat = %+v, want denied by Redis", o)
 	}
 	// The operator raises the limit: it applies at once, to the same counts.
 	d.SetConfig(parse("policies:\n  api:\n    algorithm: sliding_window\n    limit: 3\n    window: 744h\n"))
@@ -119,14 +118,10 @@ func TestSlidingWindowShadow(t *testing.T) {
 	}
 }
 
-func TestSlidingWindowDeniedFor(t *testing.T) {
-	for _, c := range []struct {
-		retry int64
-		hold  time.Duration
-	}{{0, 0}, {1, 0}, {2, time.Millisecond}, {1000, 999 * time.Millisecond}} {
-		hold, need := slidingWindow{}.DeniedFor(&Outcome{RetryAfterMS: c.retry}, 7)
-		if hold != c.hold || need != 7 {
-			t.Errorf("DeniedFor(retry_after_ms %d) = %v, %d; want %v, 7", c.retry, hold, need, c.hold)
+func TestSlidingWindowDeniedForHoldsNothing(t *testing.T) {
+	for _, retry := range []int64{0, 1, 2, 1000} {
+		if hold, _ := (slidingWindow{}).DeniedFor(&Outcome{RetryAfterMS: retry}, 7); hold != 0 {
+			t.Errorf("DeniedFor(retry_after_ms %d) holds %v, want 0: the estimate falls while it would hold", retry, hold)
 		}
 	}
 }

@@ -68,7 +68,25 @@ func (tokenBucket) Parse(req *protocol.Request, l *Limit, res rueidis.RedisResul
 
 // DeniedFor: a bucket gains tokens only with time, and other takes only
 // spend them, so a take of this cost, or more, cannot fit before
-// retry_after_ms.
+// retry_after_ms. The script rounds that up from microseconds, and Redis
+// ran the call after it was sent, so the denial holds one millisecond less
+// than retry_after_ms from the send: it ends before the take could fit.
 func (tokenBucket) DeniedFor(o *Outcome, cost int64) (time.Duration, int64) {
-	return time.Duration(o.RetryAfterMS) * time.Millisecond, cost
+	if o.RetryAfterMS <= 1 {
+		return 0, cost
+	}
+	return time.Duration(o.RetryAfterMS-1) * time.Millisecond, cost
+}
+
+// localState is what the bucket holds at now, for an answer from the local
+// denial: it refills rate tokens per period until it is full at full, so
+// the tokens missing are those of the time left until then. It never
+// reports fewer tokens than Redis would: full is counted from before the
+// call that found the denial.
+func (tokenBucket) localState(shape limits.Shape, full, now time.Time) (used, remaining int64) {
+	b := shape.(limits.Bucket)
+	left := max(full.Sub(now), 0).Microseconds()
+	missing := (left*b.Rate + b.PeriodMS*1000 - 1) / (b.PeriodMS * 1000) // rounded up: whole tokens only
+	remaining = min(max(b.Burst-missing, 0), b.Burst)
+	return b.Burst - remaining, remaining
 }

@@ -24,8 +24,9 @@ const (
 	// MaxLimit bounds a limit, a cost, a rate and a burst. Lua numbers
 	// are doubles: every sum the scripts form stays far below 2^53.
 	MaxLimit = 1_000_000_000
-	// MaxWindowMS bounds every length of time a key may have to live: a
-	// window, a period, a lease, a bucket's refill time (31 days).
+	// MaxWindowMS bounds every length of time a limit names: a window, a
+	// period, a lease, a bucket's refill time (31 days). A sliding window's
+	// key lives up to two windows.
 	MaxWindowMS = 31 * 24 * 60 * 60 * 1000
 	// MaxLeases bounds a concurrency limit: each take reads every lease of
 	// its subject, so this bounds the work of one decision.

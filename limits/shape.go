@@ -4,7 +4,8 @@ package limits
 // fields describe. Every Shape is a comparable value, so two decisions
 // under the same limits compare equal.
 type Shape interface {
-	// Algorithm is the algorithm's name: FixedWindow, TokenBucket or
+	// Algorithm is the algorithm's name: FixedWindow, TokenBucket,
+	// SlidingWindow, Calendar or
 	// Concurrency.
 	Algorithm() string
 	// Check reports the first bound the shape breaks, as an *Error.

@@ -9,10 +9,9 @@ import (
 
 // Call is one script call, validated and ready to send: which script, its
 // keys and its arguments. Every algorithm's builder returns one
-// (TakeCall, PeekCall, TokenBucketTakeCall, TokenBucketPeekCall,
-// ConcurrencyTakeCall, ConcurrencyPeekCall, ConcurrencyReleaseCall), and
-// the parser of the same name reads its result (ParseTake,
-// ParseTokenBucketTake, ...). Calls of different scripts may share one
+// (TakeCall, PeekCall, TokenBucketTakeCall, SlidingWindowTakeCall,
+// ConcurrencyReleaseCall, ...), and the parser of the same name reads its
+// result (ParseTake, ParseTokenBucketTake, ...). Calls of different scripts may share one
 // ExecMulti. The zero Call is not a call: Exec answers an error for it.
 type Call struct {
 	s    *script

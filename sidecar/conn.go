@@ -81,6 +81,10 @@ type conn struct {
 	// waits for them, the reader goes on reading, so that lines the client
 	// sends meanwhile are answered SHUTTING_DOWN instead of being cut off.
 	running atomic.Int64
+	// unwritten counts the replies queued that the writer has not yet put
+	// on the socket (written and flushed): with running, what keeps a
+	// connection from being idle.
+	unwritten atomic.Int64
 	// stopped tells the reader to read no more: the connection is closed
 	// or draining.
 	stopped atomic.Bool
@@ -139,17 +143,18 @@ func (c *conn) readLoop() {
 		}
 		line, err := lr.ReadLine()
 		if errors.Is(err, protocol.ErrTooLarge) {
-			c.answer(newSlot(c), protocol.AppendErr(nil, nil, err))
+			c.refuse(newSlot(c), protocol.CodeTooLarge, protocol.AppendErr(nil, nil, err))
 			continue
 		}
 		if errors.Is(err, protocol.ErrWouldBlock) {
 			// The idle deadline passed. A connection with requests in
 			// flight, replies not yet written or a partial line is not
 			// idle: it waits again.
-			if c.running.Load() > 0 || len(c.queue) > 0 || lr.Buffered() > 0 {
+			if c.running.Load() > 0 || c.unwritten.Load() > 0 || lr.Buffered() > 0 {
 				continue
 			}
 			c.s.connMetrics.idleClosed.Inc()
+			c.close()
 			return
 		}
 		if err != nil {
@@ -194,7 +199,15 @@ func (r idleReader) Read(p []byte) (int, error) {
 func (c *conn) answer(sl *slot, out []byte) {
 	sl.out = out
 	sl.done.Store(true)
+	c.unwritten.Add(1)
 	c.queue <- sl
+}
+
+// refuse answers a request the reader refuses itself with an error reply
+// of code, and counts it.
+func (c *conn) refuse(sl *slot, code protocol.Code, out []byte) {
+	c.s.dispatch.ObserveRefused(sl.req.Op, code)
+	c.answer(sl, out)
 }
 
 // start decodes a line and queues its request: answered at once when it
@@ -205,11 +218,15 @@ func (c *conn) start(line []byte) {
 	sl := newSlot(c)
 	req := &sl.req
 	if err := protocol.Decode(line, req); err != nil {
-		c.answer(sl, protocol.AppendErr(sl.out[:0], req.ID, err))
+		code := protocol.CodeInvalid
+		if pe, ok := errors.AsType[*protocol.Error](err); ok {
+			code = pe.Code
+		}
+		c.refuse(sl, code, protocol.AppendErr(sl.out[:0], req.ID, err))
 		return
 	}
 	if c.s.shutting.Load() {
-		c.answer(sl, protocol.AppendError(sl.out[:0], req.ID, protocol.CodeShuttingDown, "the sidecar is shutting down: the request was not run"))
+		c.refuse(sl, protocol.CodeShuttingDown, protocol.AppendError(sl.out[:0], req.ID, protocol.CodeShuttingDown, "the sidecar is shutting down: the request was not run"))
 		return
 	}
 	if req.Op == protocol.OpPing {
@@ -217,6 +234,7 @@ func (c *conn) start(line []byte) {
 		return
 	}
 	c.running.Add(1)
+	c.unwritten.Add(1)
 	c.queue <- sl // the reply's place comes before the request runs
 	key, decided := c.s.dispatch.Prepare(req, &sl.dec)
 	if decided {
@@ -273,11 +291,18 @@ func (c *conn) writeLoop() {
 	defer c.nc.Close() // the reader closed the queue: it is done
 	bw := bufio.NewWriterSize(c.nc, writeBufSize)
 	broken := false
+	held := int64(0) // replies in bw, not flushed yet
+	flush := func() error {
+		err := bw.Flush()
+		c.unwritten.Add(-held)
+		held = 0
+		return err
+	}
 	for sl := range c.queue {
 		if !sl.done.Load() {
 			// Send the replies already written before waiting on one that is
 			// not: they must not wait for a later request's Redis call.
-			if !broken && bw.Buffered() > 0 && bw.Flush() != nil {
+			if !broken && bw.Buffered() > 0 && flush() != nil {
 				broken = true
 				c.close()
 			}
@@ -287,12 +312,14 @@ func (c *conn) writeLoop() {
 		}
 		if broken {
 			freeSlot(sl)
+			c.unwritten.Add(-1)
 			continue // keep draining so the reader is never blocked on the queue
 		}
 		_, err := bw.Write(sl.out)
 		freeSlot(sl)
+		held++
 		if err == nil && len(c.queue) == 0 {
-			err = bw.Flush()
+			err = flush()
 		}
 		if err != nil {
 			// The client is gone or stopped reading past a deadline: close so
@@ -302,7 +329,7 @@ func (c *conn) writeLoop() {
 		}
 	}
 	if !broken {
-		_ = bw.Flush()
+		_ = flush()
 	}
 }
 

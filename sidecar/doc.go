@@ -7,7 +7,7 @@
 // different keys run concurrently; requests of one connection on the same
 // key run in the order they were written (conn.go). The server answers
 // pings itself and serves the operator's endpoints (/metrics, /healthz,
-// /readyz: http.go).
+// /readyz, /redisz: http.go).
 //
 // It never decides quota and never talks to Redis for a decision itself:
 // that is the dispatcher's, which owns every decision's metrics too.

@@ -28,7 +28,7 @@ const (
 	DefaultMaxInflightPerConn = 128
 	// DefaultFlushDelay is the --redis-flush-delay default. Without it
 	// rueidis wrote to Redis each time its writer caught up with the
-	// workers, which was 31% of the CPU of BenchmarkSocketPipelined;
+	// callers, which was 31% of the CPU of BenchmarkSocketPipelined;
 	// 20us cut that benchmark's CPU per take by 30% and did not change
 	// BenchmarkSocketOneAtATime's (see the README's performance section).
 	DefaultFlushDelay = 20 * time.Microsecond
@@ -167,7 +167,7 @@ func NewServer(opts Options) *Server {
 // config they started with; the next request sees the new one.
 func (s *Server) SetConfig(c *policy.Config) { s.dispatch.SetConfig(c) }
 
-// policy.Config returns the policies in use.
+// Config returns the policies in use.
 func (s *Server) Config() *policy.Config { return s.dispatch.Config() }
 
 // Reloaded counts a policy file reload (policy.Target).

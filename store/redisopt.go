@@ -169,13 +169,6 @@ func (s *Store) LastError() error {
 	return s.lastError()
 }
 
-func errorText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
 // OpenClient connects to the Redis that opts.RedisURL names, with the same
 // URL syntax, TLS CA file and password sources as a Store, for tools such
 // as the doctor that read and repair keys rather than decide.

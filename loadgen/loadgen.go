@@ -36,8 +36,12 @@ type Config struct {
 	// WindowMS (and no algorithm field, the protocol's default);
 	// "token_bucket" sends Rate, PeriodMS and Burst (when not 0);
 	// "concurrency" sends Limit and LeaseMS, and needs RequestIDs and a
-	// Cost of 1 (each take acquires a lease of its own, which lives LeaseMS).
+	// Cost of 1 (each take acquires a lease of its own, which lives LeaseMS);
+	// "sliding_window" sends Limit and WindowMS; "calendar" sends Limit,
+	// Period and TimeZone (when not "").
 	Algorithm string
+	Period    string // calendar: minute, hour, day, week or month
+	TimeZone  string // calendar: an IANA zone; "" is UTC
 	Limit     int64
 	WindowMS  int64
 	Rate      int64
@@ -82,7 +86,8 @@ func (c *Config) defaults() error {
 	if c.Release && (!c.RequestIDs || c.Policy == "" && c.Algorithm != "concurrency") {
 		return errors.New("loadgen: releases are of concurrency leases, taken with request ids")
 	}
-	inline := c.Limit != 0 || c.WindowMS != 0 || c.Rate != 0 || c.PeriodMS != 0 || c.Burst != 0 || c.LeaseMS != 0
+	inline := c.Limit != 0 || c.WindowMS != 0 || c.Rate != 0 || c.PeriodMS != 0 || c.Burst != 0 || c.LeaseMS != 0 ||
+		c.Period != "" || c.TimeZone != ""
 	if c.Policy != "" {
 		if inline || c.Algorithm != "" {
 			return errors.New("loadgen: give a policy or inline limits, not both")
@@ -90,9 +95,13 @@ func (c *Config) defaults() error {
 		return nil
 	}
 	switch c.Algorithm {
-	case "", "fixed_window":
-		if c.Limit <= 0 || c.WindowMS <= 0 || c.Rate != 0 || c.PeriodMS != 0 || c.Burst != 0 || c.LeaseMS != 0 {
+	case "", "fixed_window", "sliding_window":
+		if c.Limit <= 0 || c.WindowMS <= 0 || c.Rate != 0 || c.PeriodMS != 0 || c.Burst != 0 || c.LeaseMS != 0 || c.Period != "" || c.TimeZone != "" {
 			return errors.New("loadgen: give a policy, or an inline limit and window_ms")
+		}
+	case "calendar":
+		if c.Limit <= 0 || c.Period == "" || c.WindowMS != 0 || c.Rate != 0 || c.PeriodMS != 0 || c.Burst != 0 || c.LeaseMS != 0 {
+			return errors.New("loadgen: a calendar window takes a limit and a period, and optionally a time zone")
 		}
 	case "token_bucket":
 		if c.Rate <= 0 || c.PeriodMS <= 0 || c.Burst < 0 || c.Limit != 0 || c.WindowMS != 0 || c.LeaseMS != 0 {
@@ -106,7 +115,7 @@ func (c *Config) defaults() error {
 			return errors.New("loadgen: concurrency takes need request ids (they name the leases) and a cost of 1")
 		}
 	default:
-		return fmt.Errorf("loadgen: unknown algorithm %q: fixed_window, token_bucket or concurrency", c.Algorithm)
+		return fmt.Errorf("loadgen: unknown algorithm %q: fixed_window, token_bucket, concurrency, sliding_window or calendar", c.Algorithm)
 	}
 	return nil
 }
@@ -429,6 +438,21 @@ func (c *client) appendLimits(buf []byte) []byte {
 		buf = append(buf, `,"algorithm":"concurrency"`...)
 		buf = field(buf, "limit", c.cfg.Limit)
 		buf = field(buf, "lease_ms", c.cfg.LeaseMS)
+	case "sliding_window":
+		buf = append(buf, `,"algorithm":"sliding_window"`...)
+		buf = field(buf, "limit", c.cfg.Limit)
+		buf = field(buf, "window_ms", c.cfg.WindowMS)
+	case "calendar":
+		// Period and TimeZone are names: no JSON escaping needed.
+		buf = append(buf, `,"algorithm":"calendar","period":"`...)
+		buf = append(buf, c.cfg.Period...)
+		buf = append(buf, '"')
+		if c.cfg.TimeZone != "" {
+			buf = append(buf, `,"time_zone":"`...)
+			buf = append(buf, c.cfg.TimeZone...)
+			buf = append(buf, '"')
+		}
+		buf = field(buf, "limit", c.cfg.Limit)
 	default:
 		buf = field(buf, "limit", c.cfg.Limit)
 		buf = field(buf, "window_ms", c.cfg.WindowMS)

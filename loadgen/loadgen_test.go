@@ -236,6 +236,10 @@ func testRunSendsEachAlgorithmsInlineLimits(t *testing.T) {
 		{loadgen.Config{Algorithm: "token_bucket", Rate: 5, PeriodMS: 1000, Burst: 20, Cost: 2, RequestIDs: true},
 			map[string]any{"algorithm": "token_bucket", "rate": 5.0, "period_ms": 1000.0, "burst": 20.0, "cost": 2.0}},
 		{loadgen.Config{Algorithm: "concurrency", Limit: 3, LeaseMS: 5000, RequestIDs: true}, map[string]any{"algorithm": "concurrency", "limit": 3.0, "lease_ms": 5000.0}},
+		{loadgen.Config{Algorithm: "sliding_window", Limit: 7, WindowMS: 1000}, map[string]any{"algorithm": "sliding_window", "limit": 7.0, "window_ms": 1000.0}},
+		{loadgen.Config{Algorithm: "calendar", Limit: 7, Period: "day"}, map[string]any{"algorithm": "calendar", "limit": 7.0, "period": "day"}},
+		{loadgen.Config{Algorithm: "calendar", Limit: 7, Period: "week", TimeZone: "Asia/Shanghai", RequestIDs: true},
+			map[string]any{"algorithm": "calendar", "limit": 7.0, "period": "week", "time_zone": "Asia/Shanghai"}},
 	} {
 		t.Run(fmt.Sprintf("%s ids=%v", c.cfg.Algorithm, c.cfg.RequestIDs), func(t *testing.T) {
 			f := startFake(t, func(int, map[string]any) []byte { return ok })
@@ -287,6 +291,10 @@ func TestConfigErrorsOfTheAlgorithms(t *testing.T) {
 		{Policy: "p", Rate: 1, PeriodMS: 1},
 		{Limit: 1, WindowMS: 1, Release: true, RequestIDs: true},
 		{Algorithm: "concurrency", Limit: 1, LeaseMS: 1, Release: true},
+		{Algorithm: "sliding_window", Limit: 1},
+		{Algorithm: "calendar", Limit: 1},
+		{Algorithm: "calendar", Limit: 1, Period: "day", WindowMS: 1},
+		{Limit: 1, WindowMS: 1, Period: "day"},
 	} {
 		c.Socket = filepath.Join(t.TempDir(), "none")
 		_, err := loadgen.Run(context.Background(), c)

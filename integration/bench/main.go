@@ -106,6 +106,9 @@ type row struct {
 	requestIDs bool
 	release    bool // concurrency: release every lease once its take is answered
 	inProcess  int  // index of the in-process row this one is compared with; -1 for none
+	// mainOnly: only the main build is measured (an algorithm a baseline
+	// build may not know).
+	mainOnly bool
 }
 
 // The rows the checks read.
@@ -135,6 +138,8 @@ var matrix = []row{
 	{name: "concurrency take, 16x1, request ids", sidecar: true, algorithm: "concurrency", conns: 16, inflight: 1, requestIDs: true, inProcess: rowInProcOne},
 	{name: "concurrency take+release, 64x16", sidecar: true, algorithm: "concurrency", conns: 64, inflight: 16, requestIDs: true, release: true, inProcess: rowInProcPipe},
 	{name: "concurrency take+release, 16x1", sidecar: true, algorithm: "concurrency", conns: 16, inflight: 1, requestIDs: true, release: true, inProcess: rowInProcOne},
+	{name: "sliding window, 64x16", sidecar: true, algorithm: "sliding_window", conns: 64, inflight: 16, inProcess: rowInProcPipe, mainOnly: true},
+	{name: "calendar (day), 64x16", sidecar: true, algorithm: "calendar", conns: 64, inflight: 16, inProcess: rowInProcPipe, mainOnly: true},
 }
 
 // sample is one measurement of one row.
@@ -225,7 +230,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	samples := make([][][]sample, len(matrix))
 	for i, r := range matrix {
 		samples[i] = make([][]sample, 1)
-		if r.sidecar {
+		if r.sidecar && !r.mainOnly {
 			samples[i] = make([][]sample, len(b.sidecars))
 		}
 	}
@@ -426,6 +431,11 @@ func (b *bench) measure(ctx context.Context, r row, sc *sidecar, round int) (sam
 			cfg.Algorithm, cfg.Rate, cfg.PeriodMS = r.algorithm, limit, windowMS
 		case "concurrency":
 			cfg.Algorithm, cfg.Limit, cfg.LeaseMS, cfg.Release = r.algorithm, limit, windowMS, r.release
+		case "sliding_window":
+			cfg.Algorithm, cfg.Limit, cfg.WindowMS = r.algorithm, limit, windowMS
+		case "calendar":
+			// A day's limit: no row reaches it, whatever the hour.
+			cfg.Algorithm, cfg.Limit, cfg.Period = r.algorithm, limit, "day"
 		default:
 			cfg.Limit, cfg.WindowMS = limit, windowMS
 		}

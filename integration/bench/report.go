@@ -91,6 +91,9 @@ func (b *bench) table(samples [][][]sample, k int) {
 	w := tabwriter.NewWriter(b.out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "\tdecisions/s\tvs in-process\tp50\tp99\tquotad CPU µs/dec\tredis CPU µs/dec\tclient CPU µs/dec\tscript µs/call\tdec/script call\tredis cmds/dec\tredis conns\tquotad RSS MB\terrors\t")
 	for i, r := range matrix {
+		if r.mainOnly && k > 0 {
+			continue
+		}
 		ss := of(samples, i, k)
 		vs, sc, rss := "", "", ""
 		if r.inProcess >= 0 {
@@ -145,7 +148,7 @@ func (b *bench) compare(samples [][][]sample) {
 	rcpu := func(s sample) float64 { return s.redisCPU }
 	var lost []string
 	for i, r := range matrix {
-		if !r.sidecar {
+		if !r.sidecar || r.mainOnly {
 			continue
 		}
 		m, base := samples[i][0], samples[i][1]

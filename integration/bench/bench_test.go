@@ -80,10 +80,17 @@ func TestBenchComparesABaselineBuild(t *testing.T) {
 	}
 	comparison, _, _ = strings.Cut(comparison, "\n\n")
 	want := []string{"decisions/s, main against baseline", "rounds' changes"}
+	mainTable, _, _ := strings.Cut(out, "baseline build, ")
 	for _, r := range matrix {
-		if r.sidecar {
+		switch {
+		case r.mainOnly:
+			// Measured on the main build alone: in its table, not compared.
+			if !strings.Contains(mainTable, r.name) || strings.Contains(comparison, r.name) {
+				t.Errorf("the main-only row %q: want it in the main build's table and not in the comparison", r.name)
+			}
+		case r.sidecar:
 			want = append(want, r.name)
-		} else if strings.Contains(comparison, r.name) {
+		case strings.Contains(comparison, r.name):
 			t.Errorf("the comparison has the in-process row %q", r.name)
 		}
 	}

@@ -79,6 +79,9 @@ func of(samples [][][]sample, i, k int) []sample {
 	if !matrix[i].sidecar {
 		return samples[i][0]
 	}
+	if k >= len(samples[i]) {
+		return nil // a row of the main build only
+	}
 	return samples[i][k]
 }
 
@@ -91,10 +94,10 @@ func (b *bench) table(samples [][][]sample, k int) {
 	w := tabwriter.NewWriter(b.out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "\tdecisions/s\tvs in-process\tp50\tp99\tquotad CPU µs/dec\tredis CPU µs/dec\tclient CPU µs/dec\tscript µs/call\tdec/script call\tredis cmds/dec\tredis conns\tquotad RSS MB\terrors\t")
 	for i, r := range matrix {
-		if r.mainOnly && k > 0 {
+		ss := of(samples, i, k)
+		if ss == nil {
 			continue
 		}
-		ss := of(samples, i, k)
 		vs, sc, rss := "", "", ""
 		if r.inProcess >= 0 {
 			vs = fmt.Sprintf("%.2fx", ratio(samples, i, k))
@@ -196,7 +199,7 @@ func (b *bench) checks(ctx context.Context, samples [][][]sample, k int) error {
 	conns := 0
 	for i, r := range matrix {
 		if r.sidecar {
-			for _, s := range samples[i][k] {
+			for _, s := range of(samples, i, k) {
 				conns = max(conns, s.redisConns)
 			}
 		}

@@ -23,6 +23,17 @@ func unreadBytes(nc net.Conn) int {
 	return int(n)
 }
 
+// settled reports whether c's unread bytes stay at n for a quarter second.
+func settled(c *client, n int) bool {
+	for i := 0; i < 25; i++ {
+		time.Sleep(10 * time.Millisecond)
+		if unreadBytes(c.nc) != n {
+			return false
+		}
+	}
+	return true
+}
+
 // A client that stops reading until its replies fill the socket has
 // replies not yet written: the idle timeout leaves it open. Once it reads
 // them all and goes quiet, the connection is idle and is closed.
@@ -31,6 +42,8 @@ func TestIdleTimeoutSparesUnwrittenReplies(t *testing.T) {
 	ts := startServer(t, Options{Store: openStore(t, ""), IdleTimeout: idle})
 	c := ts.dial(t)
 	ping := `{"op":"ping","id":"` + strings.Repeat("x", 100) + `"}`
+	// The socket is full once its unread bytes stop growing, checked over a
+	// span long enough that a descheduled writer would have written more.
 	last := -1
 	for sent := 0; ; sent++ {
 		if sent > 100_000 {
@@ -39,7 +52,7 @@ func TestIdleTimeoutSparesUnwrittenReplies(t *testing.T) {
 		c.send(ping)
 		time.Sleep(2 * time.Millisecond)
 		n := unreadBytes(c.nc)
-		if n == last {
+		if n > 0 && n == last && settled(c, n) {
 			break // the writer is blocked on a full socket
 		}
 		last = n

@@ -112,6 +112,7 @@ type Decision struct {
 	key    string
 	cfg    *policy.Config // the config the request was resolved under
 	call   luascript.Call
+	multi  *multi    // a take of several limits (multi.go); nil for one
 	start  time.Time // when Prepare began, for the latency metric
 	queued time.Time // when Run began: the Redis deadline counts from here
 	sent   time.Time // when the call went to Redis, for the local denial
@@ -126,6 +127,9 @@ func (d *Dispatcher) Prepare(req *protocol.Request, dec *Decision) (key string, 
 	d.metrics.inflight.Inc()
 	cfg := d.cfg.Load()
 	dec.cfg = cfg
+	if len(req.Checks) > 0 {
+		return d.prepareMulti(req, dec)
+	}
 	if err := d.resolve(req, cfg, &dec.limit); err != nil {
 		d.fail(&dec.Out, err)
 		d.finish(dec)
@@ -180,10 +184,9 @@ func (d *Dispatcher) resolve(req *protocol.Request, cfg *policy.Config, l *Limit
 func (d *Dispatcher) Run(dec *Decision) {
 	dec.queued = time.Now()
 	req := dec.req
-	if req.Op == protocol.OpTake && req.RequestID == "" && d.deny.check(dec, dec.queued) {
+	if req.Op == protocol.OpTake && req.RequestID == "" && d.localDenied(dec) {
 		// Known to be denied: this answer holds while Redis is down too.
 		d.metrics.localDenials.Inc()
-		dec.Out.applyShadow(dec.limit.Shadow)
 		d.finish(dec)
 		return
 	}
@@ -207,6 +210,9 @@ func (d *Dispatcher) sendable(dec *Decision) error {
 	if _, err := d.store.Client(); err != nil {
 		return err
 	}
+	if err := d.sendableMulti(dec); err != nil {
+		return err
+	}
 	return d.store.Check(dec.key)
 }
 
@@ -227,6 +233,10 @@ func (d *Dispatcher) alone(dec *Decision, timeout time.Duration) {
 
 // complete answers dec from its call's result.
 func (d *Dispatcher) complete(dec *Decision, res rueidis.RedisResult, shortened bool) {
+	if dec.multi != nil {
+		d.completeMulti(dec, res, shortened)
+		return
+	}
 	l, o := &dec.limit, &dec.Out
 	err := l.Algorithm.Parse(dec.req, l, res, o)
 	d.observe(dec.key, err, shortened)

@@ -372,7 +372,7 @@ func (m *metrics) observeChecks(dec *Decision, elapsed time.Duration) {
 			result = string(o.Code)
 		case oc.Skipped:
 			result = ResultSkipped
-		case !o.Allowed && !o.Degraded && oc.Allowed && !oc.Shadow && !oc.Replay:
+		case !o.Allowed && !o.Degraded && !oc.Replay && (oc.Allowed && !oc.Shadow || oc.Shadow && oc.ShadowAllowed):
 			result = ResultUnapplied
 		}
 		policy := ""

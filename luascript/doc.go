@@ -101,6 +101,30 @@
 // is written. The key expires a second after its period ends,
 // and a key found without a TTL gets that again.
 //
+// # Several limits in one take
+//
+// multitake.lua takes the checks of one take all or nothing: its script is
+// the prelude and every take body above, each unchanged as a local
+// function, run twice (multitake.go joins them at init). The first pass
+// runs each check's body against a redis whose writes go nowhere
+// (multitake_redis.lua); when every check that is not a shadow one
+// accepts, the second runs them again, for real. Both read one TIME, and
+// no two checks share a key, so the second pass decides as the first; the
+// script's header argues it per algorithm, and why a full Redis
+// (maxmemory) leaves nothing half-written. Each check's record r:<id> gets
+// two more fields, "m<digest>" of the take's set of checks (MultiDigest)
+// and a copy of its last field, so that a retry with another set or cost
+// is CONFLICT while a single take's readers still read the leading fields
+// and the last one:
+//
+//	fixed window, calendar   "<cost>:<used>:m<digest>:<used>"
+//	token bucket             "<cost>:<remaining>:<expiry ms>:m<digest>:<expiry ms>"
+//	sliding window           "<cost>:<used>:<expiry ms>:m<digest>:<expiry ms>"
+//
+// A concurrency check's record is its lease, which holds no digest. On a
+// Redis Cluster the keys of one call must share a slot (KeySlot); a
+// subject's own hash tag makes them (key.go).
+//
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).
 //
 // # Calls
@@ -114,6 +138,8 @@
 //	concurrency    ConcurrencyTakeCall / ParseConcurrencyTake,
 //	               ConcurrencyPeekCall / ParseConcurrencyPeek,
 //	               ConcurrencyReleaseCall / ParseConcurrencyRelease
+//	several limits MultiTakeCall (of the takes' calls) / ParseMultiTake,
+//	               whose Checks each take's parser reads
 //
 // Call.Exec sends one call; ExecMulti sends calls of any mix of scripts in
 // one round trip and returns their results in order. The one-shot

@@ -175,7 +175,11 @@
 //     sends (else CodeMalformedReply). Keep a one-shot function as
 //     builder, Exec and parser, if callers need one.
 //  4. Add it to scripts in load.go, so Load and Sources (readiness, the
-//     ACL test) know it.
+//     ACL test) know it. A take script also goes into multiBodies
+//     (multitake.go), with the place of its request_id argument and of
+//     its reply's replay flag, so a take of several limits can run it; its
+//     reads must not depend on its own writes, and its reply must end with
+//     its healed flag (see multitake.lua).
 //  5. Test it against redis-server (redistest): its decisions; every
 //     refusal in nowrite_test.go (the key is the same before and after);
 //     its arguments EVALed directly, past Go's validation; the embedded

@@ -21,7 +21,7 @@ var scripts = []*script{
 	concurrencyTake, concurrencyPeek, concurrencyRelease,
 	slidingWindowTake, slidingWindowPeek,
 	calendarTake, calendarPeek,
-	multiTake,
+	multiTake, multiGiveBack,
 }
 
 // sources are the scripts' texts, prelude included, as Redis holds them.

@@ -20,9 +20,19 @@ var (
 	multiTakeRedisSrc string
 	//go:embed multitake.lua
 	multiTakeSrc string
+	//go:embed multitake_giveback.lua
+	multiGiveBackSrc string
 
-	multiTake = newMultiTake()
+	multiTake     = newMultiTake()
+	multiGiveBack = newMultiScript("multitake_giveback.lua", multiGiveBackSrc)
 )
+
+// newMultiScript is a script of the take of several limits that runs no
+// take body: the bounds and MAX_CHECKS, the prelude, then its body.
+func newMultiScript(name, body string) *script {
+	src := boundsLua() + "local MAX_CHECKS = " + strconv.Itoa(MaxChecks) + "\n" + preludeSrc + "\n-- " + name + "\n" + body
+	return &script{name: name, src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}
+}
 
 // multiBody is a take body as multitake.lua runs it: fn, its function's
 // name; id, the index of its request_id in its ARGV; replay, the index of
@@ -92,6 +102,42 @@ type MultiCheck struct {
 // MultiDigest of the set of checks, "" without a request id. Two checks
 // on one key are INVALID.
 func MultiTakeCall(checks []MultiCheck, requestID, digest string) (Call, error) {
+	return multiCall(multiTake, checks, requestID, digest)
+}
+
+// MultiGiveBackCall builds the call that gives back what checks, all in
+// one hash slot, consumed in an accepted step of a take of several limits
+// under requestID (required) and digest: the rollback of that step when a
+// later one denies or fails (multitake_giveback.lua). Giving back twice
+// gives back once.
+func MultiGiveBackCall(checks []MultiCheck, requestID, digest string) (Call, error) {
+	if requestID == "" {
+		return Call{}, &Error{Code: CodeInvalid, Message: "request_id is required"}
+	}
+	return multiCall(multiGiveBack, checks, requestID, digest)
+}
+
+// ParseMultiGiveBack reads which of n checks were given back.
+func ParseMultiGiveBack(res rueidis.RedisResult, n int) ([]bool, error) {
+	const op = "multi give back"
+	if err := res.Error(); err != nil {
+		return nil, replyError(op, err)
+	}
+	v, err := ints(op, res, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, n)
+	for i, x := range v {
+		if !isFlag(x) {
+			return nil, malformed(op, "reply %v", v)
+		}
+		out[i] = x == 1
+	}
+	return out, nil
+}
+
+func multiCall(s *script, checks []MultiCheck, requestID, digest string) (Call, error) {
 	if len(checks) < 1 || len(checks) > MaxChecks {
 		return Call{}, &Error{Code: CodeInvalid, Message: "a take has 1 to " + strconv.Itoa(MaxChecks) + " checks"}
 	}
@@ -123,7 +169,7 @@ func MultiTakeCall(checks []MultiCheck, requestID, digest string) (Call, error) 
 		args = append(args, c.Call.args...)
 		keys = append(keys, c.Call.keys...)
 	}
-	return Call{s: multiTake, keys: keys, args: args}, nil
+	return Call{s: s, keys: keys, args: args}, nil
 }
 
 // MultiDigest names a set of checks and their costs, whatever their

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"quotad/limits"
 	"quotad/luascript"
 )
 
@@ -687,5 +688,115 @@ func TestSettleOnMiniredis(t *testing.T) {
 	}
 	if r := ok(t, "tb replay")(e.tbSettle(tbSettle(a, 2, "a"))); !r.Replay {
 		t.Fatalf("token bucket settle replay = %+v", r)
+	}
+}
+
+// used stays within 0..MAX_LIMIT whatever another writer left.
+func TestFixedWindowSettleKeepsUsedInBounds(t *testing.T) {
+	e := setup(t)
+	k := e.key("bounds")
+	big := strconv.FormatInt(luascript.MaxLimit-1, 10)
+	e.mustDo("HSET", k, "used", big, "policy", "10:60000", "ids", "2", "r:a", "1:"+big, "r:b", "5:5")
+	e.mustDo("PEXPIRE", k, "60000")
+	if r := ok(t, "up")(e.fwSettle(fwSettle(k, 10, luascript.MaxLimit, "a"))); r.Used != luascript.MaxLimit {
+		t.Fatalf("settle past MAX_LIMIT = %+v, want used saturated at %d", r, int64(luascript.MaxLimit))
+	}
+	e.mustDo("HSET", k, "used", "2")
+	if r := ok(t, "down")(e.fwSettle(fwSettle(k, 10, 0, "b"))); r.Used != 0 {
+		t.Fatalf("refund of more than is used = %+v, want used 0", r)
+	}
+}
+
+// A calendar settle's refusals write nothing, and a window without TTL
+// gets its period's end back.
+func TestCalendarSettleRefusalsAndHealing(t *testing.T) {
+	e := setup(t)
+	c := utcDay
+	c.Limit = 10
+	a := e.cal(c, "h", e.redisNow(), 4, "a")
+	e.calTake(a)
+	keys := []string{}
+	for _, s := range a.Periods.Starts {
+		keys = append(keys, luascript.CalendarPeriodKey(a.Key, s))
+	}
+	var key string
+	for _, k := range keys {
+		if e.pttl(k) > 0 {
+			key = k
+		}
+	}
+	if key == "" {
+		t.Fatal("the take wrote no period's window")
+	}
+	settle := func(cost int64, spec string, strict bool) (luascript.SettleResult, error) {
+		return e.calSettle(luascript.CalendarSettleArgs{Key: a.Key, Spec: spec, Limit: a.Limit, Periods: a.Periods,
+			Cost: cost, RequestID: "a", Strict: strict})
+	}
+	other := limits.CalendarWindow{Limit: 10, Period: limits.PeriodDay, TimeZone: "Asia/Shanghai", WeekStart: time.Monday}
+	before := e.hash(key)
+	if _, err := settle(1, other.Spec(), true); !errors.Is(err, luascript.ErrPolicy) {
+		t.Fatalf("strict settle under another spec = %v, want POLICY", err)
+	}
+	sameHash(t, "after POLICY", e.hash(key), before)
+	e.mustDo("HSET", key, "r:bad", "x")
+	before = e.hash(key)
+	if _, err := e.calSettle(luascript.CalendarSettleArgs{Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: a.Periods, Cost: 1, RequestID: "bad"}); !errors.Is(err, luascript.ErrWrongType) {
+		t.Fatalf("settle of a malformed record = %v, want WRONGTYPE", err)
+	}
+	sameHash(t, "after refusals", e.hash(key), before)
+	e.mustDo("PERSIST", key)
+	r := ok(t, "heal")(settle(1, a.Spec, false))
+	if !r.Settled || !r.Healed || r.Used != 1 {
+		t.Fatalf("settle on a period without TTL = %+v, want healed", r)
+	}
+	if p := e.pttl(key); p <= 0 || p > 86_400_000+1000 {
+		t.Fatalf("PTTL after healing = %d, want the period's end", p)
+	}
+}
+
+func TestSlidingWindowSettleNoWindowAndHealing(t *testing.T) {
+	e := setup(t)
+	if r := ok(t, "none")(e.swSettle(swSettle(e.swKey("none"), 10, 1, "a"))); r != (luascript.SettleResult{}) {
+		t.Fatalf("settle with no window = %+v", r)
+	}
+	k := e.swKey("heal")
+	e.swTake(sw(k, 10, 4, "a"))
+	e.mustDo("PERSIST", k)
+	r := ok(t, "heal")(e.swSettle(swSettle(k, 10, 1, "a")))
+	if !r.Settled || !r.Healed || r.Used != 1 {
+		t.Fatalf("settle on a window without TTL = %+v", r)
+	}
+	if p := e.pttl(k); p <= 0 || p > 2*bigW {
+		t.Fatalf("PTTL after healing = %d", p)
+	}
+}
+
+// Under a named policy whose rate changed, a settle rebases the TAT to the
+// new rate and writes the policy with it, as a take does; its settlements
+// are forgotten as the sliding window's are.
+func TestTokenBucketSettlePolicyChangeAndForgetting(t *testing.T) {
+	e := setup(t)
+	k := e.tbKey("changed")
+	a := slowBucket(k, 10, 4, "a")
+	e.tbTake(a)
+	e.mustDo("HSET", k, "sh", "0", "st", "3", "sq:0", "o0:1", "sq:1", "o1:1", "sq:2", "o2:99999999999999",
+		"s:o0", "1:1", "s:o1", "1:99999999999999", "s:o2", "1:99999999999999")
+	changed := tbSettle(a, 1, "a")
+	changed.Rate = 2
+	r := ok(t, "settle")(e.tbSettle(changed))
+	if !r.Settled || r.Reserved != 4 {
+		t.Fatalf("settle under a changed rate = %+v", r)
+	}
+	h := e.hash(k)
+	if h["policy"] != "2:3600000:10" {
+		t.Fatalf("policy = %q, want the new rate's", h["policy"])
+	}
+	// sq:0 and s:o0 expired; sq:1 expired but its settlement was renewed
+	// since (it stays); sq:2 is live, so the head stops there.
+	if _, ok := h["s:o0"]; ok || h["sh"] != "2" || h["st"] != "4" || h["s:o1"] == "" || h["sq:2"] == "" {
+		t.Fatalf("settlement queue after the settle: %v", h)
+	}
+	if _, ok := h["sq:0"]; ok {
+		t.Fatalf("sq:0 not forgotten: %v", h)
 	}
 }

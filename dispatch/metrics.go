@@ -94,7 +94,7 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 	}, []string{"policy", "algorithm", "result"})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quotad_requests_total",
-		Help: "Requests by op and result: a take's as in quotad_decisions_total, ok for a peek or ping, released or not_held for a release, or the error code.",
+		Help: "Requests by op and result: a take's as in quotad_decisions_total, ok for a peek or ping, released or not_held for a release, settled, replay or not_settled for a settle, or the error code.",
 	}, []string{"op", "result"})
 	m.localDenials = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "quotad_local_denials_total",

@@ -101,6 +101,34 @@
 // is written. The key expires a second after its period ends,
 // and a key found without a TTL gets that again.
 //
+// # Settlements
+//
+// A settle names an accepted take by its key and request id and gives its
+// actual cost (0..MAX_LIMIT): the state moves by the cost minus the cost
+// the take's record holds, and a field of its own records the
+// settlement; the take's record is never rewritten. Records may carry
+// more ':'-separated fields after the ones listed above, which every
+// script reads past and keeps.
+//
+//	s:<id>        fixed and calendar windows: "<cost settled>"
+//	s:<id>        sliding window, token bucket: "<cost settled>:<expiry of
+//	              the record it settles, ms>", so that one left by an
+//	              earlier take of the same id is told apart
+//	sh, st        sliding window, token bucket: head and tail of the queue
+//	              of settlements, in order of settling
+//	sq:<n>        "<id>:<expiry ms>", one per settlement
+//
+// A fixed or calendar window's used, or the sliding window's count of the
+// period the take counted in (its record's expiry - 2 * window_ms), moves
+// within 0..MAX_LIMIT; a bucket's TAT moves by the span of the difference,
+// never below now (a full bucket) and never more than MAX_WINDOW_MS past
+// now. A settle is never limited, never creates a key and never moves a
+// window's end; a bucket's TTL only grows, to its new full time. Every
+// sliding window and bucket settle forgets up to three settlements past
+// their expiry, as takes forget records. A take the state no longer holds
+// (the window ended, it slid out, the bucket's horizon passed) or never
+// held is the no-op answer, settled 0.
+//
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).
 //
 // # Calls
@@ -114,6 +142,9 @@
 //	concurrency    ConcurrencyTakeCall / ParseConcurrencyTake,
 //	               ConcurrencyPeekCall / ParseConcurrencyPeek,
 //	               ConcurrencyReleaseCall / ParseConcurrencyRelease
+//	settles        FixedWindowSettleCall, SlidingWindowSettleCall,
+//	               CalendarSettleCall, TokenBucketSettleCall, each with
+//	               its Parse...Settle (settle.go)
 //
 // Call.Exec sends one call; ExecMulti sends calls of any mix of scripts in
 // one round trip and returns their results in order. The one-shot

@@ -187,6 +187,10 @@ func (m *metrics) observe(dec *Decision) {
 	if o.Op != protocol.OpTake {
 		return
 	}
+	if dec.multi != nil {
+		m.observeChecks(dec, elapsed)
+		return
+	}
 	// Only configured policy names become label values: a client naming
 	// policies at random must not create series.
 	policy := ""

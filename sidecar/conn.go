@@ -32,9 +32,17 @@ type slot struct {
 	dec  dispatch.Decision
 	out  []byte
 	done atomic.Bool
-	// key is the Redis key the request decides on; next is the request of
-	// the same connection on the same key that waits for this one to be
-	// decided (same-key order). Both are guarded by c.mu.
+	// links are the Redis keys the request decides on (several for a take
+	// of several limits), each with the request of the same connection on
+	// that key that waits for this one to be decided (same-key order);
+	// waits counts the earlier requests this one waits for. All are
+	// guarded by c.mu.
+	links []keyLink
+	waits int
+}
+
+// keyLink is one key of a request and the next request on it.
+type keyLink struct {
 	key  string
 	next *slot
 }
@@ -61,7 +69,8 @@ func freeSlot(sl *slot) {
 	if cap(sl.out) > 4<<10 {
 		sl.out = nil // keep no outsized buffer alive
 	}
-	sl.c, sl.key, sl.next = nil, "", nil
+	clear(sl.links)
+	sl.c, sl.links, sl.waits = nil, sl.links[:0], 0
 	slots.Put(sl)
 }
 
@@ -263,16 +272,24 @@ func (c *conn) start(line []byte) {
 	if decided {
 		return // refused: Done was called, and sl may be gone
 	}
-	c.mu.Lock()
-	sl.key = key
-	if last, ok := c.keys[key]; ok {
-		last.next = sl
-		c.keys[key] = sl
-		c.mu.Unlock()
-		return // last's decision runs this one
+	keys := []string{key}
+	if len(req.Checks) > 0 {
+		keys = sl.dec.Keys()
 	}
-	c.keys[key] = sl
+	c.mu.Lock()
+	for _, k := range keys {
+		sl.links = append(sl.links, keyLink{key: k})
+		if last, ok := c.keys[k]; ok {
+			last.link(k).next = sl
+			sl.waits++
+		}
+		c.keys[k] = sl
+	}
+	waits := sl.waits
 	c.mu.Unlock()
+	if waits > 0 {
+		return // the decisions it waits for run this one
+	}
 	c.s.dispatch.Run(&sl.dec)
 }
 
@@ -346,18 +363,34 @@ func (c *conn) takeHead() *slot {
 	return h
 }
 
+// link is sl's link of key; c.mu is held.
+func (sl *slot) link(key string) *keyLink {
+	for i := range sl.links {
+		if sl.links[i].key == key {
+			return &sl.links[i]
+		}
+	}
+	panic("sidecar: no link of key " + key)
+}
+
 // decided is a request's Decision.Done: it renders the reply, runs the
 // next request on the same key, and writes the reply or hands the slot to
 // the writer.
 func (sl *slot) decided() {
 	c := sl.c
 	sl.out = sl.dec.Out.AppendReply(sl.out[:0], sl.req.ID)
-	var next *slot
-	if sl.key != "" {
+	var ready [1]*slot
+	next := ready[:0]
+	if len(sl.links) > 0 {
 		c.mu.Lock()
-		next = sl.next
-		if next == nil {
-			delete(c.keys, sl.key)
+		for _, l := range sl.links {
+			if l.next == nil {
+				delete(c.keys, l.key)
+				continue
+			}
+			if l.next.waits--; l.next.waits == 0 {
+				next = append(next, l.next)
+			}
 		}
 		c.mu.Unlock()
 	}
@@ -368,8 +401,8 @@ func (sl *slot) decided() {
 		sl.done.Store(true) // the writer may free sl from here on
 		c.finished()
 	}
-	if next != nil {
-		c.s.dispatch.Run(&next.dec)
+	for _, n := range next {
+		c.s.dispatch.Run(&n.dec)
 	}
 }
 

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -220,6 +221,14 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	defer opts.Store.Close()
+	// Listen once the first connection attempt has an outcome, so that the
+	// first requests (clients reconnecting after a restart) are not
+	// answered "not connected" while the first dial is under way. A Redis
+	// that does not answer holds the socket back by --redis-timeout at most.
+	select {
+	case <-opts.Store.Started():
+	case <-time.After(cmp.Or(c.Duration("redis-timeout"), store.DefaultRedisTimeout)):
+	}
 	l, err := sidecar.Listen(c.String("socket"), mode)
 	if err != nil {
 		return err

@@ -329,6 +329,7 @@ func requestFlags(op string) []cli.Flag {
 			&cli.Int64Flag{Name: "cost", Value: 1, Usage: "units to take"},
 			&cli.StringFlag{Name: "request-id", Aliases: []string{"r"}, Usage: "idempotency key: a retry with the same id gets the original answer"},
 			&cli.BoolFlag{Name: "exit-code", Usage: fmt.Sprintf("exit %d when the take is denied (default: a denial exits 0)", exitDenied)},
+			checkFlag(),
 		)
 	}
 	return flags
@@ -345,6 +346,14 @@ func requestCommand(op, usage string) *cli.Command {
 		Flags:           requestFlags(op),
 		Action: func(c *cli.Context) error {
 			req := map[string]any{"op": op}
+			if op == "take" {
+				if multi, err := takeChecks(c, req); multi {
+					if err != nil {
+						return err
+					}
+					return takeCall(c, req)
+				}
+			}
 			// Flags after the subject are not parsed by urfave/cli: refuse
 			// them rather than drop a trailing --exit-code silently.
 			subject := c.String("subject")
@@ -380,16 +389,34 @@ func requestCommand(op, usage string) *cli.Command {
 			if id := c.String("request-id"); id != "" {
 				req["request_id"] = id
 			}
-			reply, err := call(c, req)
-			if err != nil {
-				return err
+			if op == "take" {
+				return takeCall(c, req)
 			}
-			if op == "take" && c.Bool("exit-code") && !reply.Allowed {
-				return cli.Exit("", exitDenied)
-			}
-			return nil
+			_, err := call(c, req)
+			return err
 		},
 	}
+}
+
+// takeCall sends a take, with its cost, request id and deadline, and
+// exits exitDenied on a denial when --exit-code asks.
+func takeCall(c *cli.Context, req map[string]any) error {
+	for _, f := range []string{"timeout-ms", "cost"} {
+		if c.IsSet(f) {
+			req[strings.ReplaceAll(f, "-", "_")] = c.Int64(f)
+		}
+	}
+	if id := c.String("request-id"); id != "" {
+		req["request_id"] = id
+	}
+	reply, err := call(c, req)
+	if err != nil {
+		return err
+	}
+	if c.Bool("exit-code") && !reply.Allowed {
+		return cli.Exit("", exitDenied)
+	}
+	return nil
 }
 
 func pingCommand() *cli.Command {

@@ -112,6 +112,7 @@ type Decision struct {
 	key    string
 	cfg    *policy.Config // the config the request was resolved under
 	call   luascript.Call
+	multi  *multi    // a take of several limits (multi.go); nil for one
 	start  time.Time // when Prepare began, for the latency metric
 	queued time.Time // when Run began: the Redis deadline counts from here
 	sent   time.Time // when the call went to Redis, for the local denial
@@ -129,6 +130,9 @@ func (d *Dispatcher) Prepare(req *protocol.Request, dec *Decision) (key string, 
 	d.metrics.inflight.Inc()
 	cfg := d.cfg.Load()
 	dec.cfg = cfg
+	if len(req.Checks) > 0 {
+		return d.prepareMulti(req, dec)
+	}
 	if err := d.resolve(req, cfg, &dec.limit); err != nil {
 		d.fail(&dec.Out, err)
 		d.finish(dec)
@@ -188,11 +192,16 @@ func (d *Dispatcher) Run(dec *Decision) {
 		d.deny.forget(dec.key)
 	case protocol.OpTake:
 		dec.denyGen = d.deny.generation(dec.key)
+		if dec.multi != nil {
+			for i := range dec.multi.checks {
+				c := &dec.multi.checks[i]
+				c.denyGen = d.deny.generation(c.key)
+			}
+		}
 	}
-	if req.Op == protocol.OpTake && req.RequestID == "" && d.deny.check(dec, dec.queued) {
+	if req.Op == protocol.OpTake && req.RequestID == "" && d.localDenied(dec) {
 		// Known to be denied: this answer holds while Redis is down too.
 		d.metrics.localDenials.Inc()
-		dec.Out.applyShadow(dec.limit.Shadow)
 		d.finish(dec)
 		return
 	}
@@ -216,6 +225,9 @@ func (d *Dispatcher) sendable(dec *Decision) error {
 	if _, err := d.store.Client(); err != nil {
 		return err
 	}
+	if err := d.sendableMulti(dec); err != nil {
+		return err
+	}
 	return d.store.Check(dec.key)
 }
 
@@ -236,6 +248,10 @@ func (d *Dispatcher) alone(dec *Decision, timeout time.Duration) {
 
 // complete answers dec from its call's result.
 func (d *Dispatcher) complete(dec *Decision, res rueidis.RedisResult, shortened bool) {
+	if dec.multi != nil {
+		d.completeMulti(dec, res, shortened)
+		return
+	}
 	l, o := &dec.limit, &dec.Out
 	err := l.Algorithm.Parse(dec.req, l, res, o)
 	d.observe(dec.key, err, shortened)

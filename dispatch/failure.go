@@ -101,6 +101,10 @@ func (d *Dispatcher) fail(o *Outcome, err error) {
 // timeout, a refusal), into a take marked degraded. The config in force
 // when the request was resolved decides the policy's mode.
 func (d *Dispatcher) undecided(dec *Decision, err error) {
+	if dec.multi != nil {
+		d.undecidedMulti(dec, err)
+		return
+	}
 	o := &dec.Out
 	d.fail(o, err)
 	l := &dec.limit

@@ -50,6 +50,13 @@ type Outcome struct {
 	// resolved.
 	Headers bool
 	Shape   limits.Shape
+
+	// Checks are the outcomes of a take of several limits, one per check
+	// in the request's order (multi.go); nil for a decision of one.
+	// Skipped: a check of such a take that was not asked, since another
+	// check's local denial answered the take.
+	Checks  []Outcome
+	Skipped bool
 }
 
 // Failed reports whether the request ended in an error reply.
@@ -93,6 +100,9 @@ func (o *Outcome) AppendReply(dst, id []byte) []byte {
 			Settled: o.Settled, Replay: o.Replay, Reserved: o.Reserved, Limit: o.Limit, Used: o.Used,
 			Remaining: o.Remaining, ResetMS: o.ResetMS, RetryAfterMS: o.RetryAfterMS, Headers: o.headerFields(),
 		})
+	}
+	if o.Checks != nil {
+		return o.appendMulti(dst, id)
 	}
 	return protocol.AppendTake(dst, id, protocol.TakeReply{
 		Allowed: o.Allowed, Replay: o.Replay, Limit: o.Limit, Used: o.Used, Remaining: o.Remaining,

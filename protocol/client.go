@@ -43,6 +43,10 @@ type Reply struct {
 	// Headers: the RateLimit header fields of a take or peek that asked
 	// for them, by field name; nil otherwise.
 	Headers map[string]string `json:"headers,omitempty"`
+	// Checks: the answer of each check of a take of several limits, in
+	// order (checks.go); Skipped is set on a check that was not asked.
+	Checks  []Reply `json:"checks,omitempty"`
+	Skipped bool    `json:"skipped"`
 }
 
 // Err returns the reply's error as an *Error, or nil for an ok reply.

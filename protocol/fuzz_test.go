@@ -79,6 +79,7 @@ func FuzzDecode(f *testing.F) {
 		`{"id":01}`,
 		"{\"op\":\"take\",\"subject\":\"\xff\",\"policy\":\"p\"}",
 		`{"op":"ping"} x`,
+		`{"op":"take","cost":2,"request_id":"r","checks":[{"policy":"p","subject":"a"},{"subject":"b","limit":3,"window_ms":9,"cost":1}]}`,
 		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`,
 		``,
 	} {
@@ -137,11 +138,20 @@ func FuzzDecode(f *testing.F) {
 		switch r.Op {
 		case protocol.OpPing:
 		case protocol.OpTake, protocol.OpPeek, protocol.OpRelease, protocol.OpSettle:
-			checkAddressing(t, line, &r)
+			if len(r.Checks) == 0 {
+				checkAddressing(t, line, &r)
+			}
 		default:
 			t.Fatalf("Decode accepted %q with op %v", line, r.Op)
 		}
-		if r.Op != protocol.OpPing {
+		if len(r.Checks) > protocol.MaxChecks || len(r.Checks) > 0 && (r.Op != protocol.OpTake || r.Subject != "") {
+			t.Fatalf("Decode(%q) accepted %d checks of a %v with subject %q", line, len(r.Checks), r.Op, r.Subject)
+		}
+		for i := range r.Checks {
+			checkAddressing(t, line, &r.Checks[i])
+			checkSubjectIsItsOwn(t, line, r.Checks[i].Subject)
+		}
+		if r.Op != protocol.OpPing && len(r.Checks) == 0 {
 			checkSubjectIsItsOwn(t, line, r.Subject)
 		}
 		if !plainKeys(line) {

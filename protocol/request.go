@@ -77,6 +77,9 @@ type Request struct {
 	TimeZone  string
 	WeekStart string
 	JitterMS  int64
+	// Checks are the limits of a take of several limits, all or nothing
+	// (checks.go); nil for a take of one.
+	Checks []Request
 }
 
 type field uint32
@@ -101,6 +104,7 @@ const (
 	fieldTimeZone
 	fieldWeekStart
 	fieldJitterMS
+	fieldChecks
 )
 
 // HasInline reports whether the request gave inline limits, of any
@@ -113,8 +117,8 @@ func (r *Request) HasInline() bool { return r.fields&(fieldLimit|fieldWindowMS|a
 // *Error with CodeInvalid; r.ID is set whenever the object was well formed
 // enough to find it, so the error reply can echo it.
 func Decode(line []byte, r *Request) error {
-	idBuf := r.ID[:0]
-	*r = Request{Cost: 1}
+	idBuf, checks := r.ID[:0], r.Checks[:0]
+	*r = Request{Cost: 1, Checks: checks}
 	d := decoder{data: line}
 	if err := d.object(r, idBuf); err != nil {
 		return err
@@ -132,6 +136,9 @@ func (r *Request) validate() error {
 	case OpTake, OpPeek, OpRelease, OpSettle:
 	default:
 		return invalid("op is required: one of take, peek, release, settle, ping")
+	}
+	if r.fields&fieldChecks != 0 {
+		return r.validateChecks()
 	}
 	if r.fields&fieldSubject == 0 {
 		return invalid("subject is required")
@@ -354,6 +361,8 @@ func fieldOf(key []byte) field {
 		return fieldWeekStart
 	case "jitter_ms":
 		return fieldJitterMS
+	case "checks":
+		return fieldChecks
 	}
 	return 0
 }
@@ -474,6 +483,8 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		return err
 	case fieldJitterMS:
 		return d.intValue("jitter_ms", &r.JitterMS)
+	case fieldChecks:
+		return d.checks(r)
 	}
 	return nil
 }

@@ -58,6 +58,23 @@ export interface SettleOptions extends Omit<Address, 'lease_ms'>, CallOptions, H
   cost: number;
 }
 
+/** One limit of a take of several (takeChecks): addressed as for take, with its own cost. */
+export interface Check extends Omit<Address, 'timeout_ms'> {
+  subject: string;
+  /** Units this check takes; default the take's cost. */
+  cost?: number;
+}
+
+/** The take's own options for takeChecks. */
+export interface TakeChecksOptions extends CallOptions, HeadersOption {
+  /** Units each check takes unless it gives its own; default 1. */
+  cost?: number;
+  /** Idempotency key of the whole take; also what makes it safe to resend. */
+  request_id?: string;
+  /** Shortens the sidecar's Redis deadline for this request. */
+  timeout_ms?: number;
+}
+
 export interface ReleaseOptions extends CallOptions {
   policy?: string;
   algorithm?: 'concurrency';
@@ -99,6 +116,39 @@ export interface TakeReply {
   /** Only when Redis could not decide and the policy's on_unavailable did. */
   degraded?: true;
   /** Only when asked with { headers: true }. */
+  headers?: RateLimitHeaders;
+}
+
+/** One check's decision in a MultiTakeReply. */
+export interface CheckReply {
+  /** This check's own verdict; in a denied take, one with room says true and consumed nothing. */
+  allowed: boolean;
+  replay: boolean;
+  limit: number;
+  used: number;
+  remaining: number;
+  reset_ms: number;
+  retry_after_ms: number;
+  lease_ms?: number;
+  shadow?: true;
+  shadow_allowed?: boolean;
+  degraded?: true;
+  /** The local denial answered the take without asking about this check. */
+  skipped?: true;
+}
+
+/** The reply to a take of several limits. */
+export interface MultiTakeReply {
+  ok: true;
+  /** Every check consumed; false when none did. */
+  allowed: boolean;
+  /** Every check replayed its acceptance of this request_id. */
+  replay: boolean;
+  /** When denied, the largest retry_after_ms of the checks that denied. */
+  retry_after_ms: number;
+  degraded?: true;
+  checks: CheckReply[];
+  /** Only when asked with { headers: true }: one member per check. */
   headers?: RateLimitHeaders;
 }
 
@@ -194,7 +244,7 @@ export declare class OutcomeUnknown extends QuotadError {
 }
 
 /** The reply's header fields as a new object; empty when it has none. */
-export declare function rateLimitHeaders(reply: TakeReply | PeekReply | SettleReply | RawReply): Record<string, string>;
+export declare function rateLimitHeaders(reply: TakeReply | MultiTakeReply | PeekReply | SettleReply | RawReply): Record<string, string>;
 
 /** The error class instance for an error reply. */
 export declare function errorFromReply(reply: ErrorReply): QuotadError;
@@ -206,6 +256,8 @@ export declare class Client {
   /** Connections opened after the first one. */
   readonly reconnects: number;
   take(subject: string, options?: TakeOptions): Promise<TakeReply>;
+  /** Several limits in one all-or-nothing take. */
+  takeChecks(checks: Check[], options?: TakeChecksOptions): Promise<MultiTakeReply>;
   peek(subject: string, options?: PeekOptions): Promise<PeekReply>;
   release(subject: string, request_id: string, options?: ReleaseOptions): Promise<ReleaseReply>;
   settle(subject: string, options: SettleOptions): Promise<SettleReply>;

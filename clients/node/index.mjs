@@ -128,6 +128,7 @@ const ADDRESS = ['policy', 'limit', 'window_ms', 'algorithm', 'rate', 'period_ms
   'period', 'time_zone', 'week_start', 'jitter_ms'];
 const OPTIONS = {
   take: [...ADDRESS, 'cost', 'request_id', 'headers', 'timeoutMs'],
+  takeChecks: ['cost', 'request_id', 'timeout_ms', 'headers', 'timeoutMs'],
   peek: [...ADDRESS, 'headers', 'timeoutMs'],
   release: ['policy', 'limit', 'algorithm', 'lease_ms', 'timeout_ms', 'timeoutMs'],
   settle: [...ADDRESS.filter((f) => f !== 'lease_ms'), 'cost', 'request_id', 'headers', 'timeoutMs'],
@@ -456,6 +457,22 @@ export class Client {
     checkOptions('take', options);
     const { cost = 1, ...rest } = options;
     return this._one(buildRequest('take', { subject, ...rest, cost }), options.timeoutMs);
+  }
+
+  // Take several limits at once, all or nothing: checks is an array of 1 to
+  // 8 objects, each addressed as for take ({ policy, subject }, or inline
+  // limits and subject) with an optional cost of its own. Either every check
+  // consumes or none does; reply.allowed is the take's verdict and
+  // reply.checks each check's decision, in order. The options are the take's:
+  // its cost (default 1), request_id (replays every check; another set of
+  // checks or costs under it is Conflict), timeout_ms, headers, timeoutMs.
+  async takeChecks(checks, options = {}) {
+    checkOptions('takeChecks', options);
+    if (!Array.isArray(checks) || checks.some((c) => c === null || typeof c !== 'object' || Array.isArray(c))) {
+      throw new TypeError('quotad: the checks of takeChecks must be an array of objects');
+    }
+    const { cost = 1, ...rest } = options;
+    return this._one(buildRequest('take', { checks: checks.map((c) => ({ ...c })), ...rest, cost }), options.timeoutMs);
   }
 
   // Report subject's quota without consuming any (addressed as for take).

@@ -204,6 +204,29 @@ test('RateLimit header fields', async () => {
   await q.close();
 });
 
+test('a take of several limits, all or nothing', async () => {
+  const q = await quotad.Client.connect(SOCKET);
+  const user = { subject: `${PREFIX}-multi-user`, limit: 5, window_ms: 2678400000 };
+  const tenant = { subject: `${PREFIX}-multi-tenant`, algorithm: 'token_bucket', rate: 1, period_ms: 600000, burst: 3 };
+  const r = await q.takeChecks([user, { ...tenant, cost: 2 }], { request_id: 'm-1', headers: true });
+  assert.equal(r.allowed, true);
+  assert.deepEqual(r.checks.map((c) => [c.allowed, c.used, c.remaining]), [[true, 1, 4], [true, 2, 1]]);
+  assert.equal(quotad.rateLimitHeaders(r)['RateLimit-Policy'], '"inline";q=5;w=2678400, "inline";q=3;w=1800');
+  const again = await q.takeChecks([user, { ...tenant, cost: 2 }], { request_id: 'm-1' });
+  assert.equal(again.replay, true);
+  // The tenant has 1 token: denied, and the user's window is untouched.
+  const denied = await q.takeChecks([user, { ...tenant, cost: 2 }]);
+  assert.equal(denied.allowed, false);
+  assert.deepEqual(denied.checks.map((c) => c.allowed), [true, false]);
+  assert.ok(denied.retry_after_ms > 0);
+  assert.equal((await q.peek(user.subject, { limit: 5, window_ms: 2678400000 })).used, 1);
+  await assert.rejects(q.takeChecks([user], { request_id: 'm-1' }), quotad.Conflict);
+  await assert.rejects(q.takeChecks([user, user]), quotad.Invalid);
+  await assert.rejects(q.takeChecks(user), TypeError);
+  await assert.rejects(q.takeChecks([user], { requestId: 'x' }), TypeError);
+  await q.close();
+});
+
 test('unknown option names are a TypeError', async () => {
   const q = await quotad.Client.connect(SOCKET);
   const s = `${PREFIX}-kw`;

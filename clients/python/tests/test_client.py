@@ -311,6 +311,34 @@ class ErrorsTest(unittest.TestCase):
         self.assertGreater(r["retry_after_ms"], 0)
         self.assertEqual(self.q.peek(s, **sw)["used"], 2)
 
+    def test_take_checks(self) -> None:
+        user: quotad.Check = {"subject": f"{PREFIX}-multi-user", "limit": 5, "window_ms": 2678400000}
+        tenant: quotad.Check = {"subject": f"{PREFIX}-multi-tenant", "algorithm": "token_bucket", "rate": 1,
+                                "period_ms": 600000, "burst": 3, "cost": 2}
+        r = self.q.take_checks([user, tenant], request_id="m-1", headers=True)
+        self.assertTrue(r["allowed"])
+        self.assertEqual([(c["allowed"], c["used"], c["remaining"]) for c in r["checks"]], [(True, 1, 4), (True, 2, 1)])
+        self.assertEqual(quotad.rate_limit_headers(r)["RateLimit-Policy"], '"inline";q=5;w=2678400, "inline";q=3;w=1800')
+        self.assertTrue(self.q.take_checks([user, tenant], request_id="m-1")["replay"])
+        # The tenant has 1 token: denied, and the user's window is untouched.
+        d = self.q.take_checks([user, tenant])
+        self.assertFalse(d["allowed"])
+        self.assertEqual([c["allowed"] for c in d["checks"]], [True, False])
+        self.assertGreater(d["retry_after_ms"], 0)
+        self.assertEqual(self.q.peek(user["subject"], limit=5, window_ms=2678400000)["used"], 1)
+        with self.assertRaises(quotad.Conflict):
+            self.q.take_checks([user], request_id="m-1")
+        with self.assertRaises(quotad.Invalid):
+            self.q.take_checks([user, user])
+        with self.assertRaises(TypeError):
+            self.q.take_checks(user)  # type: ignore[arg-type]
+
+        async def run() -> None:
+            async with quotad.AsyncClient(SOCKET) as q:
+                a = await q.take_checks([user, tenant], request_id="m-1")
+                self.assertTrue(a["replay"])
+        asyncio.run(run())
+
     def test_unknown_codes_are_internal(self) -> None:
         e = quotad.error_from_reply({"ok": False, "error": "SOMETHING_NEW", "message": "m"})
         self.assertIsInstance(e, quotad.Internal)

@@ -56,11 +56,14 @@ __version__ = "1.0.0"
 
 __all__ = [
     "AsyncClient",
+    "Check",
+    "CheckReply",
     "Client",
     "ConnectionError",
     "Conflict",
     "Internal",
     "Invalid",
+    "MultiTakeReply",
     "OutcomeUnknown",
     "PeekReply",
     "PingReply",
@@ -183,6 +186,76 @@ class _PingFields(TypedDict):
 
 class PingReply(_PingFields, total=False):
     redis_error: str
+
+
+class _CheckAddress(TypedDict):
+    subject: str
+
+
+class Check(_CheckAddress, total=False):
+    """One limit of a take of several (take_checks): addressed as for take,
+    by policy or inline limits, with an optional cost of its own."""
+
+    policy: str
+    limit: int
+    window_ms: int
+    algorithm: str
+    rate: int
+    period_ms: int
+    burst: int
+    lease_ms: int
+    period: str
+    time_zone: str
+    week_start: str
+    jitter_ms: int
+    cost: int
+
+
+class _CheckFields(TypedDict):
+    allowed: bool
+    replay: bool
+    limit: int
+    used: int
+    remaining: int
+    reset_ms: int
+    retry_after_ms: int
+
+
+class CheckReply(_CheckFields, total=False):
+    """One check's decision. In a denied take, a check with room says
+    allowed and consumed nothing; skipped: the local denial answered the
+    take without asking about this check."""
+
+    lease_ms: int
+    shadow: bool
+    shadow_allowed: bool
+    degraded: bool
+    skipped: bool
+
+
+class _MultiTakeFields(TypedDict):
+    ok: bool
+    allowed: bool
+    replay: bool
+    retry_after_ms: int
+    checks: List[CheckReply]
+
+
+class MultiTakeReply(_MultiTakeFields, total=False):
+    """The reply to a take of several limits: allowed when every check
+    consumed, none having otherwise; checks in the request's order."""
+
+    degraded: bool
+    headers: RateLimitHeaders
+
+
+def _checks_request(checks: Sequence[Mapping[str, Any]], cost: int, request_id: Optional[str],
+                    timeout_ms: Optional[int], headers: bool) -> Reply:
+    if isinstance(checks, (str, bytes)) or not isinstance(checks, Sequence) or \
+            not all(isinstance(c, Mapping) for c in checks):
+        raise TypeError("checks is a list of dicts, one per limit")
+    return _request("take", dict(checks=[dict(c) for c in checks], cost=cost, request_id=request_id,
+                                 timeout_ms=timeout_ms, headers=True if headers else None))
 
 
 # -- errors ---------------------------------------------------------------
@@ -664,6 +737,22 @@ class Client:
                                       timeout_ms=timeout_ms, headers=True if headers else None))
         return cast(SettleReply, self.request(req, timeout=timeout))
 
+    def take_checks(self, checks: Sequence[Check], cost: int = 1, request_id: Optional[str] = None, *,
+                    timeout_ms: Optional[int] = None, headers: bool = False,
+                    timeout: Optional[float] = None) -> MultiTakeReply:
+        """Take several limits at once, all or nothing.
+
+        checks holds 1 to 8 dicts, each addressed as for take (policy, or
+        inline limits, and subject), with an optional cost of its own; cost
+        is the take's, for the checks that give none. Either every check
+        consumes or none does: reply["allowed"] is the take's verdict and
+        reply["checks"] each check's decision, in order. The same
+        request_id replays every check; another set of checks or costs
+        under it raises Conflict.
+        """
+        req = _checks_request(checks, cost, request_id, timeout_ms, headers)
+        return cast(MultiTakeReply, self.request(req, timeout=timeout))
+
     def ping(self, *, timeout: Optional[float] = None) -> PingReply:
         """Check the sidecar and its store."""
         return cast(PingReply, self.request({"op": "ping"}, timeout=timeout))
@@ -1060,6 +1149,13 @@ class AsyncClient:
                                       time_zone=time_zone, week_start=week_start, jitter_ms=jitter_ms,
                                       timeout_ms=timeout_ms, headers=True if headers else None))
         return cast(SettleReply, await self.request(req, timeout=timeout))
+
+    async def take_checks(self, checks: Sequence[Check], cost: int = 1, request_id: Optional[str] = None, *,
+                          timeout_ms: Optional[int] = None, headers: bool = False,
+                          timeout: Optional[float] = None) -> MultiTakeReply:
+        """Take several limits at once, all or nothing; see Client.take_checks."""
+        req = _checks_request(checks, cost, request_id, timeout_ms, headers)
+        return cast(MultiTakeReply, await self.request(req, timeout=timeout))
 
     async def ping(self, *, timeout: Optional[float] = None) -> PingReply:
         """Check the sidecar and its store."""

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -171,5 +172,43 @@ func TestConcurrentTakeThenSettleLower(t *testing.T) {
 	}
 	if p := decide(t, d, `{"op":"peek",`+w+`}`); p.Used != settled {
 		t.Fatalf("used %d after all settles, want the sum of the settled costs %d", p.Used, settled)
+	}
+}
+
+// A take of several limits is settled per check: one settle per check,
+// with that check's addressing and the take's request_id, each of which
+// settles, replays and conflicts on its own.
+func TestSettleATakeOfSeveralLimitsPerCheck(t *testing.T) {
+	r := redistest.Start(t)
+	d := newDispatcher(t, openStore(t, r), nil, nil)
+	const (
+		user   = `"subject":"user-1","limit":1000,"window_ms":60000`
+		tenant = `"subject":"tenant-1","algorithm":"token_bucket","rate":5000,"period_ms":2678400000,"burst":5000`
+	)
+	o := decide(t, d, `{"op":"take","cost":800,"request_id":"chat-1","checks":[{`+user+`},{`+tenant+`}]}`)
+	if o.Failed() || !o.Allowed || len(o.Checks) != 2 || o.Checks[0].Used != 800 || o.Checks[1].Used != 800 {
+		t.Fatalf("take of two limits = %+v", o)
+	}
+	u := decide(t, d, `{"op":"settle",`+user+`,"request_id":"chat-1","cost":300}`)
+	if !u.Settled || u.Reserved != 800 || u.Used != 300 {
+		t.Fatalf("settle of the user's check = %+v", u)
+	}
+	tn := decide(t, d, `{"op":"settle",`+tenant+`,"request_id":"chat-1","cost":300}`)
+	if !tn.Settled || tn.Reserved != 800 || tn.Remaining != 4700 {
+		t.Fatalf("settle of the tenant's check = %+v", tn)
+	}
+	if again := decide(t, d, `{"op":"settle",`+user+`,"request_id":"chat-1","cost":300}`); !again.Replay || again.Used != 300 {
+		t.Fatalf("the user's settle again = %+v", again)
+	}
+	if other := decide(t, d, `{"op":"settle",`+tenant+`,"request_id":"chat-1","cost":301}`); other.Code != protocol.CodeConflict {
+		t.Fatalf("the tenant's settle at another cost = %+v, want CONFLICT", other)
+	}
+	// The take itself is still a replay of both checks.
+	if o := decide(t, d, `{"op":"take","cost":800,"request_id":"chat-1","checks":[{`+user+`},{`+tenant+`}]}`); !o.Replay {
+		t.Fatalf("the take again = %+v, want a replay", o)
+	}
+	var req protocol.Request
+	if err := protocol.Decode([]byte(`{"op":"settle","request_id":"chat-1","cost":1,"checks":[{`+user+`}]}`), &req); !errors.Is(err, protocol.ErrInvalid) {
+		t.Fatalf("a settle of checks decodes with %v, want INVALID: a settle names one check", err)
 	}
 }

@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -64,5 +65,44 @@ func TestCLISettle(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr, "Required flag") {
 			t.Errorf("settle %v: exit %d, stderr %q; want the missing flag named", missing, code, stderr)
 		}
+	}
+}
+
+// TestSettleOnACluster settles takes of every algorithm on subjects spread
+// over the masters of a Redis Cluster: each settle is one script on its
+// key's slot (a calendar's three period keys share their hash tag), and a
+// retry is a replay.
+func TestSettleOnACluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	p := launchSidecar(t, socketPath(t), c.URL())
+	p.waitReady(t)
+	conn := p.dial(t)
+	shapes := []string{
+		`"limit":10,"window_ms":60000`,
+		`"algorithm":"sliding_window","limit":10,"window_ms":60000`,
+		`"algorithm":"calendar","limit":10,"period":"day"`,
+		`"algorithm":"token_bucket","rate":1,"period_ms":3600000,"burst":10`,
+	}
+	masters := map[*redistest.Server]bool{}
+	for i := range 12 {
+		subject := "tenant-" + strconv.Itoa(i)
+		masters[c.Owner(t, keySlot(inlineKey(p.prefix, subject)))] = true
+		at := `"subject":"` + subject + `",` + shapes[i%len(shapes)] + `,"request_id":"job-1"`
+		if r := conn.do(`{"op":"take",` + at + `,"cost":6}`); !r.ok() || !r.flag(t, "allowed") {
+			t.Fatalf("take %s: %s", subject, r)
+		}
+		for n, replay := range []bool{false, true} {
+			r := conn.do(`{"op":"settle",` + at + `,"cost":2}`)
+			if !r.ok() || !r.flag(t, "settled") || r.flag(t, "replay") != replay || r.num(t, "used") != 2 || r.num(t, "reserved") != 6 {
+				t.Fatalf("settle %d of %s: %s, want settled at used 2, replay %v", n, subject, r, replay)
+			}
+		}
+	}
+	if len(masters) < 2 {
+		t.Fatalf("the subjects landed on %d master(s), want several", len(masters))
+	}
+	for _, m := range c.Masters {
+		assertKeysHaveTTL(t, m, p.prefix)
 	}
 }

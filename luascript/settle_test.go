@@ -800,3 +800,53 @@ func TestTokenBucketSettlePolicyChangeAndForgetting(t *testing.T) {
 		t.Fatalf("sq:0 not forgotten: %v", h)
 	}
 }
+
+// Settles mix with takes in one ExecMulti, in order, on Redis (after a
+// script flush too: NOSCRIPT is resent) and on the embedded store.
+func TestExecMultiMixesTakesAndSettles(t *testing.T) {
+	for _, store := range []string{"redis", "redis-after-script-flush", "embedded"} {
+		t.Run(store, func(t *testing.T) {
+			var e *env
+			if store == "embedded" {
+				_, c := startMiniredis(t)
+				e = &env{t: t, c: c, prefix: randomPrefix(t)}
+			} else {
+				e = setup(t)
+			}
+			if store == "redis-after-script-flush" {
+				e.mustDo("SCRIPT", "FLUSH")
+			}
+			fw, sk := e.key("m"), e.swKey("m")
+			b := slowBucket(e.tbKey("m"), 10, 5, "b")
+			var calls []luascript.Call
+			add := func(c luascript.Call, err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+				calls = append(calls, c)
+			}
+			add(luascript.TakeCall(args(fw, 10, 6, "a")))                    // 0
+			add(luascript.FixedWindowSettleCall(fwSettle(fw, 10, 1, "a")))   // 1: used 1
+			add(luascript.TakeCall(args(fw, 10, 9, "c")))                    // 2: fits after the settle
+			add(luascript.SlidingWindowTakeCall(sw(sk, 10, 4, "s")))         // 3
+			add(luascript.SlidingWindowSettleCall(swSettle(sk, 10, 0, "s"))) // 4: used 0
+			add(luascript.TokenBucketTakeCall(b))                            // 5: 5 left
+			add(luascript.TokenBucketSettleCall(tbSettle(b, 1, "b")))        // 6: 9 left
+			add(luascript.FixedWindowSettleCall(fwSettle(fw, 10, 2, "a")))   // 7: CONFLICT
+			add(luascript.TokenBucketSettleCall(tbSettle(b, 1, "b")))        // 8: replay
+			res := luascript.ExecMulti(t.Context(), e.c, calls)
+			want(t, 0, luascript.ParseTake, res[0], func(r luascript.TakeResult) bool { return r.Allowed && r.Used == 6 })
+			want(t, 1, luascript.ParseFixedWindowSettle, res[1], func(r luascript.SettleResult) bool { return r.Settled && r.Used == 1 })
+			want(t, 2, luascript.ParseTake, res[2], func(r luascript.TakeResult) bool { return r.Allowed && r.Used == 10 })
+			want(t, 3, luascript.ParseSlidingWindowTake, res[3], func(r luascript.SlidingWindowResult) bool { return r.Allowed && r.Used == 4 })
+			want(t, 4, luascript.ParseSlidingWindowSettle, res[4], func(r luascript.SettleResult) bool { return r.Settled && r.Used == 0 })
+			want(t, 5, luascript.ParseTokenBucketTake, res[5], func(r luascript.TokenBucketResult) bool { return r.Allowed && r.Remaining == 5 })
+			want(t, 6, luascript.ParseTokenBucketSettle, res[6], func(r luascript.SettleResult) bool { return r.Settled && r.Remaining == 9 })
+			if r, err := luascript.ParseFixedWindowSettle(res[7]); !errors.Is(err, luascript.ErrConflict) {
+				t.Errorf("call 7 = %+v, %v; want CONFLICT", r, err)
+			}
+			want(t, 8, luascript.ParseTokenBucketSettle, res[8], func(r luascript.SettleResult) bool { return r.Replay && r.Remaining == 9 })
+		})
+	}
+}

@@ -210,6 +210,10 @@ func (d *Dispatcher) Run(dec *Decision) {
 		d.finish(dec)
 		return
 	}
+	if d.oneNode(dec) {
+		go d.aloneOnOneNode(dec)
+		return
+	}
 	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < d.opts.RedisTimeout {
 		// A deadline of its own: it would shorten a batch's.
 		go d.alone(dec, t)

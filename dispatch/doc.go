@@ -39,5 +39,7 @@
 //
 // Batching, deadlines, the breaker, the local denial, shadow mode,
 // on_unavailable, the metrics and the decision log then work for it
-// through the interface.
+// through the interface, and so does a take of several limits
+// (multi.go), whose checks may be of any algorithm whose take script is
+// in luascript's multiBodies.
 package dispatch

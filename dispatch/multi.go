@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"quotad/luascript"
 	"quotad/policy"
 	"quotad/protocol"
+	"quotad/store"
 )
 
 // A take of several limits ("checks", protocol/checks.go) is one
@@ -163,9 +165,10 @@ var errCrossSlot = &protocol.Error{Code: protocol.CodeInvalid, Message: "on a Re
 	"must share a hash slot: give every check's subject the same hash tag, such as {tenant-42}"}
 
 // sendableMulti is sendable's extra condition for a take of checks: on a
-// Cluster, its keys share one slot.
+// Redis Cluster, its keys share one slot. The embedded store is one node
+// holding every slot, which runs any take whole.
 func (d *Dispatcher) sendableMulti(dec *Decision) error {
-	if dec.multi == nil || !dec.multi.crossSlot {
+	if dec.multi == nil || !dec.multi.crossSlot || d.store.Kind() == store.StoreEmbedded {
 		return nil
 	}
 	client, err := d.store.Client()
@@ -176,6 +179,36 @@ func (d *Dispatcher) sendableMulti(dec *Decision) error {
 		return errCrossSlot
 	}
 	return nil
+}
+
+// oneNode reports whether dec must be sent by itself to one node: a take
+// whose keys are in several slots, on a store whose client routes by slot
+// (the embedded one; sendableMulti refused it on a Redis Cluster).
+func (d *Dispatcher) oneNode(dec *Decision) bool {
+	if dec.multi == nil || !dec.multi.crossSlot {
+		return false
+	}
+	client, err := d.store.Client()
+	return err == nil && client.Mode() == rueidis.ClientModeCluster
+}
+
+// aloneOnOneNode sends dec by itself with luascript's ExecOnOneNode, under
+// the deadline a batch would give it.
+func (d *Dispatcher) aloneOnOneNode(dec *Decision) {
+	client, err := d.store.Client()
+	if err != nil {
+		d.undecided(dec, err)
+		d.finish(dec)
+		return
+	}
+	timeout := d.opts.RedisTimeout
+	if t := time.Duration(dec.req.TimeoutMS) * time.Millisecond; t > 0 && t < timeout {
+		timeout = t
+	}
+	ctx, cancel := context.WithTimeout(d.opts.Context, timeout)
+	defer cancel()
+	dec.sent = time.Now()
+	d.complete(dec, dec.call.ExecOnOneNode(ctx, d.metrics.instrument(client)), timeout < d.opts.RedisTimeout)
 }
 
 // localDenied answers dec from the local denial when it can: a take of one

@@ -129,6 +129,30 @@
 // (the window ended, it slid out, the bucket's horizon passed) or never
 // held is the no-op answer, settled 0.
 //
+// # Several limits in one take
+//
+// multitake.lua takes the checks of one take all or nothing: its script is
+// the prelude and every take body above, each unchanged as a local
+// function, run twice (multitake.go joins them at init). The first pass
+// runs each check's body against a redis whose writes go nowhere
+// (multitake_redis.lua); when every check that is not a shadow one
+// accepts, the second runs them again, for real. Both read one TIME, and
+// no two checks share a key, so the second pass decides as the first; the
+// script's header argues it per algorithm, and why a full Redis
+// (maxmemory) leaves nothing half-written. Each check's record r:<id> gets
+// two more fields, "m<digest>" of the take's set of checks (MultiDigest)
+// and a copy of its last field, so that a retry with another set or cost
+// is CONFLICT while a single take's readers still read the leading fields
+// and the last one:
+//
+//	fixed window, calendar   "<cost>:<used>:m<digest>:<used>"
+//	token bucket             "<cost>:<remaining>:<expiry ms>:m<digest>:<expiry ms>"
+//	sliding window           "<cost>:<used>:<expiry ms>:m<digest>:<expiry ms>"
+//
+// A concurrency check's record is its lease, which holds no digest. On a
+// Redis Cluster the keys of one call must share a slot (KeySlot); a
+// subject's own hash tag makes them (key.go).
+//
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).
 //
 // # Calls
@@ -145,6 +169,8 @@
 //	settles        FixedWindowSettleCall, SlidingWindowSettleCall,
 //	               CalendarSettleCall, TokenBucketSettleCall, each with
 //	               its Parse...Settle (settle.go)
+//	several limits MultiTakeCall (of the takes' calls) / ParseMultiTake,
+//	               whose Checks each take's parser reads
 //
 // Call.Exec sends one call; ExecMulti sends calls of any mix of scripts in
 // one round trip and returns their results in order. The one-shot
@@ -180,7 +206,11 @@
 //     sends (else CodeMalformedReply). Keep a one-shot function as
 //     builder, Exec and parser, if callers need one.
 //  4. Add it to scripts in load.go, so Load and Sources (readiness, the
-//     ACL test) know it.
+//     ACL test) know it. A take script also goes into multiBodies
+//     (multitake.go), with the place of its request_id argument and of
+//     its reply's replay flag, so a take of several limits can run it; its
+//     reads must not depend on its own writes, and its reply must end with
+//     its healed flag (see multitake.lua).
 //  5. Test it against redis-server (redistest): its decisions; every
 //     refusal in nowrite_test.go (the key is the same before and after);
 //     its arguments EVALed directly, past Go's validation; the embedded

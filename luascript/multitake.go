@@ -1,6 +1,7 @@
 package luascript
 
 import (
+	"context"
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
@@ -185,4 +186,23 @@ func ParseMultiTake(res rueidis.RedisResult, n int) (MultiTakeResult, error) {
 		r.Checks[i] = rueidis.NewResult(arr[i+1], nil)
 	}
 	return r, nil
+}
+
+// ExecOnOneNode sends a multi-limit take whose keys are in several hash
+// slots to the node of its first key, as one EVALSHA (EVAL on NOSCRIPT)
+// that declares every key. A routing client (a Cluster's) refuses to
+// build such a command with Exec; a store that is one node holding every
+// slot (the embedded one) runs it whole. A Redis Cluster answers it
+// CROSSSLOT and runs nothing.
+func (c Call) ExecOnOneNode(ctx context.Context, client rueidis.Client) rueidis.RedisResult {
+	if c.s == nil || len(c.keys) == 0 {
+		return rueidis.NewErrorResult(errZeroCall)
+	}
+	rest := append(slices.Clone(c.keys[1:]), c.args...)
+	n := int64(len(c.keys))
+	res := client.Do(ctx, client.B().Evalsha().Sha1(c.s.sha).Numkeys(n).Key(c.keys[0]).Arg(rest...).Build())
+	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsNoScript() {
+		res = client.Do(ctx, client.B().Eval().Script(c.s.src).Numkeys(n).Key(c.keys[0]).Arg(rest...).Build())
+	}
+	return res
 }

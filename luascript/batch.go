@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -16,56 +15,45 @@ import (
 const MaxBatch = 64
 
 // maxCount bounds a decision's keys and arguments in a batch, and the
-// batch driver's body index: its COUNT table maps the decimals 0..maxCount
-// to numbers without a C call.
-const maxCount = 64
+// number of bodies: the layout holds each in a byte (batch.lua).
+const maxCount = 255
 
 //go:embed batch.lua
 var batchDriver string
 
 // batchScript decides several calls, of any of scripts, in one script call
-// (batch.lua); batchIndex is each script's index in its BODIES.
+// (batch.lua); batchIndex is each script's body index in it.
 var batchScript, batchIndex = newBatch(scripts)
 
-// wrapBody is a script's body as a local function of KEYS and ARGV named
-// fn: the body file's top-level text, its flags line left out, so that each
-// body stays written once.
-func wrapBody(fn string, s *script) string {
+// wrapBody is a script's body as a function of KEYS and ARGV: the body
+// file's top-level text, its flags line left out, so that each body stays
+// written once.
+func wrapBody(s *script) string {
 	_, body, ok := strings.Cut(s.src, "\n-- "+s.name+"\n")
 	if !ok {
 		panic("luascript: no body in the text of " + s.name)
 	}
-	return "-- " + s.name + "\nlocal function " + fn + "(KEYS, ARGV)\n" + body + "\nend\n"
+	return "function(KEYS, ARGV)\n" + body + "\nend"
 }
 
-// newBatch composes the batch script from the prelude, every script's body
-// as a function, and the driver.
-func newBatch(ss []*script) (*script, map[*script]string) {
+// newBatch composes the batch script of ss: the prelude, BODY, which makes
+// the function of each body when the driver first needs it, and the
+// driver.
+func newBatch(ss []*script) (*script, map[*script]byte) {
+	if len(ss) > maxCount {
+		panic("luascript: more scripts than a batch layout can name")
+	}
 	var b strings.Builder
 	b.WriteString(prelude)
-	b.WriteString("\n-- The bodies, as functions (batch.go).\n")
-	index := make(map[*script]string, len(ss))
+	b.WriteString("\n-- BODY(i) is the function of the i-th script's body (batch.go).\n")
+	b.WriteString("local function BODY(i)\n")
+	index := make(map[*script]byte, len(ss))
 	for i, s := range ss {
-		index[s] = strconv.Itoa(i + 1)
-		b.WriteString(wrapBody("BODY_"+strconv.Itoa(i+1), s))
+		index[s] = byte(i + 1)
+		fmt.Fprintf(&b, "  if i == %d then\n    -- %s\n    return %s\n  end\n", i+1, s.name, wrapBody(s))
 	}
-	b.WriteString("local BODIES = {")
-	for i := range ss {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("BODY_" + strconv.Itoa(i+1))
-	}
-	b.WriteString("}\n")
-	fmt.Fprintf(&b, "local MAX_BATCH = %d\n", MaxBatch)
-	b.WriteString("local COUNT = {")
-	for i := 0; i <= maxCount; i++ {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "['%d'] = %d", i, i)
-	}
-	b.WriteString("}\n\n-- batch.lua\n")
+	b.WriteString("end\n")
+	fmt.Fprintf(&b, "local NBODIES = %d\nlocal MAX_BATCH = %d\n\n-- batch.lua\n", len(ss), MaxBatch)
 	b.WriteString(batchDriver)
 	src := b.String()
 	return &script{name: "batch.lua", src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}, index
@@ -176,29 +164,22 @@ func groupCalls(cluster bool, calls []Call) [][]int {
 // batchArgs lays out the calls of group g as the batch script's KEYS and
 // ARGV (batch.lua).
 func batchArgs(calls []Call, g []int) (keys, args []string) {
-	nk, na := 0, 0
+	nk, na := 0, 1
 	for _, i := range g {
 		nk += len(calls[i].keys)
-		na += 3 + len(calls[i].args)
+		na += len(calls[i].args)
 	}
-	keys, args = make([]string, 0, nk), make([]string, 0, na)
+	keys, args = make([]string, 0, nk), make([]string, 1, na)
+	layout := make([]byte, 0, 3*len(g))
 	for _, i := range g {
 		c := calls[i]
 		keys = append(keys, c.keys...)
-		args = append(args, batchIndex[c.s], smallDecimal(len(c.keys)), smallDecimal(len(c.args)))
 		args = append(args, c.args...)
+		layout = append(layout, batchIndex[c.s], byte(len(c.keys)), byte(len(c.args)))
 	}
+	args[0] = string(layout)
 	return keys, args
 }
-
-var smallDecimals = func() (d [maxCount + 1]string) {
-	for i := range d {
-		d[i] = strconv.Itoa(i)
-	}
-	return d
-}()
-
-func smallDecimal(n int) string { return smallDecimals[n] }
 
 // splitBatch gives each call of group g its element of the batch's reply
 // r, or r itself when Redis refused the whole call (an error reply, which

@@ -1,27 +1,29 @@
 -- The batch driver: several decisions, of any algorithm and op, in one
 -- script call. batch.go composes the batch script at init: the prelude,
--- then every script's body wrapped as
+-- then BODY(i), which makes the function of body i, then this driver. Body
+-- i is the i-th script of scripts in load.go, its file's text wrapped as
 --
---   local function BODY_<n>(KEYS, ARGV) <body> end
+--   function(KEYS, ARGV) <body> end
 --
--- (a peek's flags line left out), then BODIES, the list of them in the
--- order of scripts in load.go, then this driver. Each body is the same text
--- its lone script runs, so a decision in a batch checks and decides exactly
--- as alone.
+-- (a peek's flags line left out). Each body is the text its lone script
+-- runs, so a decision in a batch checks and decides exactly as alone.
+-- BODY makes a body's function the first time a decision of the call
+-- needs it, so a call pays for the bodies it runs, not for all of them.
 --
--- KEYS   every decision's keys, in decision order
--- ARGV   for each decision in turn:
---          body    index of its script in BODIES, canonical decimal
---          nkeys   how many of KEYS are its own, from the next unused one
---          nargs   how many arguments follow
---          its arguments, as its lone script takes them in ARGV
+-- KEYS     every decision's keys, in decision order
+-- ARGV[1]  the layout: three bytes per decision, in order: its body i
+--          (1..NBODIES), how many of KEYS are its own (from the next
+--          unused one), how many of ARGV are its arguments (0..255 each)
+-- ARGV[2..]  every decision's arguments, in decision order, each
+--          decision's as its lone script takes them in ARGV
 --
 -- Reply: an array with one element per decision, in order: the reply its
 -- lone script would send (an error element for an error reply). A layout
--- that does not add up (an unknown body, a count that is not a canonical
--- decimal up to MAX_COUNT, keys or arguments left over or missing, no
--- decision, more than MAX_BATCH) is INVALID for the whole call, decided
--- before any decision runs.
+-- that does not add up (no decision, more than MAX_BATCH, an unknown
+-- body, keys or arguments left over or missing) is INVALID for the whole
+-- call, decided before any decision runs. Each decision is handed tables
+-- of its own keys and arguments (two tables the driver reuses, so a body
+-- must keep no reference to its KEYS or ARGV, which none does).
 --
 -- Each decision runs under pcall, so it is as atomic as alone and its
 -- failure is its own element: a body's error reply (INVALID, CONFLICT,
@@ -45,33 +47,50 @@
 -- way no decision is half-written, and a full Redis grows by at most one
 -- call's decisions.
 
-local out = {}
-local nargv, nkeys = #ARGV, #KEYS
--- The layout first, so that a malformed one runs nothing.
-local ap, kp, count = 1, 0, 0
-while ap <= nargv do
-  local b, nk, na = COUNT[ARGV[ap]], COUNT[ARGV[ap + 1]], COUNT[ARGV[ap + 2]]
-  if not b or not BODIES[b] or not nk or not na then
-    return redis.error_reply('INVALID batch: decision ' .. (count + 1) .. ' has no body, nkeys, nargs')
-  end
-  count, ap, kp = count + 1, ap + 3 + na, kp + nk
+local header = ARGV[1] or ''
+local count = #header / 3
+if count < 1 or count > MAX_BATCH or count % 1 ~= 0 then
+  return redis.error_reply('INVALID batch: want a layout of 3 bytes for each of 1 to ' .. MAX_BATCH .. ' decisions')
 end
-if count < 1 or count > MAX_BATCH or ap ~= nargv + 1 or kp ~= nkeys then
-  return redis.error_reply('INVALID batch: want 1 to ' .. MAX_BATCH .. ' decisions whose counts add up to the keys and arguments')
+-- The layout first, so that a malformed one runs nothing. One C call reads
+-- all of it.
+local h = {string.byte(header, 1, -1)}
+local kp, ap = 0, 1
+for j = 1, 3 * count, 3 do
+  if h[j] < 1 or h[j] > NBODIES then
+    return redis.error_reply('INVALID batch: decision ' .. (j + 2) / 3 .. ' has no body ' .. h[j])
+  end
+  kp, ap = kp + h[j + 1], ap + h[j + 2]
+end
+if kp ~= #KEYS or ap ~= #ARGV then
+  return redis.error_reply('INVALID batch: the layout names ' .. kp .. ' keys and ' .. ap - 1 ..
+    ' arguments, the call has ' .. #KEYS .. ' and ' .. #ARGV - 1)
 end
 
-ap, kp = 1, 0
+local fns, k, a, out = {}, {}, {}, {}
+local pk, pa = 0, 0
+kp, ap = 0, 1
 for i = 1, count do
-  local body, nk, na = BODIES[COUNT[ARGV[ap]]], COUNT[ARGV[ap + 1]], COUNT[ARGV[ap + 2]]
-  local k, a = {}, {}
-  for j = 1, nk do
-    k[j] = KEYS[kp + j]
+  local j = 3 * i - 2
+  local b, nk, na = h[j], h[j + 1], h[j + 2]
+  local body = fns[b]
+  if not body then
+    body = BODY(b)
+    fns[b] = body
   end
-  ap = ap + 2
-  for j = 1, na do
-    a[j] = ARGV[ap + j]
+  for x = 1, nk do
+    k[x] = KEYS[kp + x]
   end
-  ap, kp = ap + na + 1, kp + nk
+  for x = nk + 1, pk do
+    k[x] = nil
+  end
+  for x = 1, na do
+    a[x] = ARGV[ap + x]
+  end
+  for x = na + 1, pa do
+    a[x] = nil
+  end
+  kp, ap, pk, pa = kp + nk, ap + na, nk, na
   local ok, r = pcall(body, k, a)
   if not ok then
     -- Redis raises a refused command's error reply as a string starting

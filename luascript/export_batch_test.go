@@ -52,7 +52,7 @@ func CallScript(c Call) string {
 // BatchTextWith is the text of a batch script composed of the package's
 // scripts and one more of body, whose index in the batch is returned, for
 // tests of what the driver does with a body that fails.
-func BatchTextWith(body string) (src, index string) {
+func BatchTextWith(body string) (src string, index byte) {
 	s := newScript("extra.lua", body)
 	b, idx := newBatch(append(append([]*script(nil), scripts...), s))
 	return b.src, idx[s]

@@ -735,3 +735,56 @@ func BenchmarkBatch(b *testing.B) {
 		})
 	}
 }
+
+// fastChecks are, per script, the pattern of the check of all its
+// arguments at once, which the checks one by one back up.
+var fastChecks = map[string]string{
+	"fixed_window_take.lua":   `'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$'`,
+	"sliding_window_take.lua": `'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$'`,
+	"token_bucket_take.lua":   `'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$'`,
+	"concurrency_take.lua":    `'^[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]+$'`,
+}
+
+// argVariants are what each argument of a take is tried as: canonical
+// decimals at and past their bounds, and every form tonumber or a loose
+// pattern would take.
+var argVariants = []string{
+	"", "0", "1", "2", "4", "5", "6", "01", "10", "-1", "+1", " 1", "1 ", "1.0", "1e3", "0x10", "1:2", "inf", "nan",
+	"10000", "100000", "1000000", "1000001", "2678400000", "2678400001", "9007199254740991", "9007199254740993",
+	"99999999999999999999", "a", "a-b_C9", "a b", "a:b", "é", strings.Repeat("x", 64), strings.Repeat("x", 65),
+}
+
+// The check of all arguments at once accepts and refuses exactly what the
+// checks one by one do, with the same replies: each script is run as it is
+// and with the one-match check never matching, on every variant of every
+// argument.
+func TestFastArgumentChecksAgreeWithTheSlowOnes(t *testing.T) {
+	e := setup(t)
+	bases := map[string][][]string{
+		"fixed_window_take.lua":   {{"5", "60000", "1", "10", "0", "id"}},
+		"sliding_window_take.lua": {{"5", "60000", "1", "10", "0", "id"}},
+		// The second bucket refills in exactly the longest time allowed.
+		"token_bucket_take.lua": {{"5", "1000", "5", "5", "1000", "10", "0", "id"}, {"5", "2678400000", "5", "1", "1000", "10", "1", ""}},
+		"concurrency_take.lua":  {{"5", "60000", "0", "id"}},
+	}
+	for script, pattern := range fastChecks {
+		src := luascript.ScriptText(script)
+		if strings.Count(src, pattern) != 1 {
+			t.Fatalf("%s: the pattern %s is not in the script once", script, pattern)
+		}
+		slow := strings.Replace(src, pattern, `'^never$'`, 1)
+		n := 0
+		for _, base := range bases[script] {
+			for i := range base {
+				for _, v := range argVariants {
+					argv := append([]string(nil), base...)
+					argv[i] = v
+					n++
+					fast := e.do(append([]string{"EVAL", src, "1", e.prefix + "fast:" + strconv.Itoa(n)}, argv...)...)
+					want := e.do(append([]string{"EVAL", slow, "1", e.prefix + "slow:" + strconv.Itoa(n)}, argv...)...)
+					sameReply(t, fmt.Sprintf("%s %q", script, argv), script, fast, want)
+				}
+			}
+		}
+	}
+}

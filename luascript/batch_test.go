@@ -188,10 +188,45 @@ func sameReply(t *testing.T, what, script string, got, want rueidis.RedisResult)
 // without a TTL, answers decision by decision as the same calls sent one at
 // a time to a second Redis in the same state.
 func TestBatchAnswersAsEachCallAlone(t *testing.T) {
-	batchRedis, lone := setup(t), setup(t)
-	lone.prefix = batchRedis.prefix
-	e := batchRedis
-	for _, x := range []*env{batchRedis, lone} {
+	e, lone := setup(t), setup(t)
+	lone.prefix = e.prefix
+	calls, keys := mixedBatch(t, e, lone)
+	e.mustDo("SCRIPT", "LOAD", luascript.BatchText())
+	e.mustDo("CONFIG", "RESETSTAT")
+	answersAsAlone(t, e, lone, calls, keys)
+	if n := scriptCalls(t, e); n != 1 {
+		t.Errorf("%d script calls for one batch, want 1", n)
+	}
+}
+
+// The same mixed batch on a Redis Cluster, where it splits by hash slot,
+// answers as the same calls sent one at a time to a standalone Redis.
+func TestMixedBatchOnAClusterAnswersAsAlone(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{cl.Masters[0].Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); redistest.WaitDelayedRefreshes(t) })
+	lone := setup(t)
+	e := &env{t: t, c: c, prefix: lone.prefix}
+	t.Cleanup(func() { redistest.AssertAllKeysHaveTTL(t, c, e.prefix) })
+	calls, keys := mixedBatch(t, e, lone)
+	slots := map[uint16]bool{}
+	for _, call := range calls {
+		slots[luascript.KeySlot(call.Key())] = true
+	}
+	if len(slots) < 3 {
+		t.Fatalf("the batch spans %d slots; want several", len(slots))
+	}
+	answersAsAlone(t, e, lone, calls, keys)
+}
+
+// mixedBatch puts the same keys of another type and without a TTL in the
+// Redis of every env of seed, and returns a batch of every algorithm's
+// and op's decisions on e's keys, and the keys it writes.
+func mixedBatch(t *testing.T, e *env, seed ...*env) ([]luascript.Call, []string) {
+	for _, x := range append([]*env{e}, seed...) {
 		x.mustDo("SET", e.prefix+"str", "not ours", "PX", "600000")
 		x.mustDo("HSET", e.key("nottl"), "used", "1", "policy", "3:60000", "ids", "0")
 	}
@@ -258,8 +293,14 @@ func TestBatchAnswersAsEachCallAlone(t *testing.T) {
 		raw(t, "calendar_peek.lua", luascript.CallKeys(m(luascript.CalendarPeekCall(calPeek))), append([]string{"3", "2", cal.Spec}, luascript.CallArgs(m(luascript.CalendarPeekCall(calPeek)))[3:]...)...),
 		m(luascript.CalendarTakeCall(cal)),
 	}
-	e.mustDo("SCRIPT", "LOAD", luascript.BatchText())
-	e.mustDo("CONFIG", "RESETSTAT")
+	return calls, []string{fw, nottl, tbKey, ccKey, swKey}
+}
+
+// answersAsAlone sends calls to e's Redis in one ExecBatch and one at a
+// time to lone's, in the same state, and wants the same replies and the
+// same keys.
+func answersAsAlone(t *testing.T, e, lone *env, calls []luascript.Call, keys []string) {
+	t.Helper()
 	res := luascript.ExecBatch(t.Context(), e.c, calls)
 	if len(res) != len(calls) {
 		t.Fatalf("%d results for %d calls", len(res), len(calls))
@@ -268,7 +309,7 @@ func TestBatchAnswersAsEachCallAlone(t *testing.T) {
 		sameReply(t, fmt.Sprintf("call %d", i), luascript.CallScript(c), res[i], c.Exec(t.Context(), lone.c))
 	}
 	// The same content too, key by key.
-	for _, k := range []string{fw, nottl, tbKey, ccKey, swKey} {
+	for _, k := range keys {
 		a, b := e.hash(k), lone.hash(k)
 		if len(a) != len(b) {
 			t.Errorf("%s: %v, alone %v", k, a, b)
@@ -281,9 +322,6 @@ func TestBatchAnswersAsEachCallAlone(t *testing.T) {
 				t.Errorf("%s: %v, alone %v", k, a, b)
 			}
 		}
-	}
-	if n := scriptCalls(t, e); n != 1 {
-		t.Errorf("%d script calls for one batch, want 1", n)
 	}
 }
 

@@ -826,3 +826,15 @@ func TestFastArgumentChecksAgreeWithTheSlowOnes(t *testing.T) {
 		}
 	}
 }
+
+// The embedded store runs the mixed batch too (gopher-lua), with the
+// answers its lone scripts give.
+func TestMixedBatchOnMiniredisAnswersAsAlone(t *testing.T) {
+	_, c := startMiniredis(t)
+	_, lc := startMiniredis(t)
+	prefix := randomPrefix(t)
+	e, lone := &env{t: t, c: c, prefix: prefix}, &env{t: t, c: lc, prefix: prefix}
+	t.Cleanup(func() { redistest.AssertAllKeysHaveTTL(t, c, prefix) })
+	calls, keys := mixedBatch(t, e, lone)
+	answersAsAlone(t, e, lone, calls, keys)
+}

@@ -138,7 +138,11 @@ func ExecBatch(ctx context.Context, client rueidis.Client, calls []Call) []rueid
 // own. The zero Call is in no group.
 func groupCalls(cluster bool, calls []Call) [][]int {
 	var groups [][]int
-	open := map[uint16]int{} // slot (0 outside a Cluster) -> its group being filled
+	var open map[uint16]int // on a Cluster: slot -> its group being filled
+	if cluster {
+		open = map[uint16]int{}
+	}
+	filling := -1 // outside a Cluster: the group being filled
 	for i, c := range calls {
 		if c.s == nil {
 			continue
@@ -147,16 +151,23 @@ func groupCalls(cluster bool, calls []Call) [][]int {
 			groups = append(groups, []int{i})
 			continue
 		}
+		n, ok := filling, filling >= 0
 		var slot uint16
 		if cluster {
 			slot = KeySlot(c.keys[0])
+			n, ok = open[slot]
 		}
-		if n, ok := open[slot]; ok && len(groups[n]) < MaxBatch {
+		if ok && len(groups[n]) < MaxBatch {
 			groups[n] = append(groups[n], i)
 			continue
 		}
-		open[slot] = len(groups)
-		groups = append(groups, []int{i})
+		if cluster {
+			open[slot] = len(groups)
+		} else {
+			filling = len(groups)
+		}
+		groups = append(groups, make([]int, 1, min(MaxBatch, len(calls)-i)))
+		groups[len(groups)-1][0] = i
 	}
 	return groups
 }

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zaptest"
+
 	"quotad/integration/redistest"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -131,5 +134,71 @@ func TestBatchIsOneScriptCall(t *testing.T) {
 				t.Errorf("%s: %+v, want allowed %v, used %d", lines[i], o, want.allowed, want.used)
 			}
 		}
+	}
+}
+
+// On a full Redis each decision of a batch that Redis refused is its own
+// error, answered UNAVAILABLE, and counted as a refused Redis command, as
+// it was when each decision was its own script call.
+func TestBatchOnAFullRedisCountsEachRefusal(t *testing.T) {
+	r := redistest.Start(t)
+	st := openStoreProbing(t, r, time.Hour)
+	reg := prometheus.NewRegistry()
+	d := New(Options{Store: st, AllowInline: true, Logger: zaptest.NewLogger(t), Registry: reg})
+	t.Cleanup(d.Close)
+	if o := decide(t, d, `{"op":"take","subject":"live","limit":5,"window_ms":60000}`); !o.Allowed {
+		t.Fatalf("take before maxmemory: %+v", o)
+	}
+	for _, cmd := range [][]string{{"CONFIG", "SET", "maxmemory-policy", "noeviction"}, {"CONFIG", "SET", "maxmemory", "1"}} {
+		if err := r.Do(t, cmd...).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = r.Do(t, "CONFIG", "SET", "maxmemory", "0").Error() })
+	var batch []*Decision
+	for _, l := range []string{
+		`{"op":"take","subject":"a","limit":5,"window_ms":60000}`,
+		`{"op":"peek","subject":"live","limit":5,"window_ms":60000}`,
+		`{"op":"take","subject":"b","limit":5,"window_ms":60000}`,
+	} {
+		req := new(protocol.Request)
+		if err := protocol.Decode([]byte(l), req); err != nil {
+			t.Fatal(err)
+		}
+		dec := &Decision{Done: func() {}}
+		if _, decided := d.Prepare(req, dec); decided {
+			t.Fatalf("%s was answered without Redis: %+v", l, dec.Out)
+		}
+		dec.queued = time.Now()
+		batch = append(batch, dec)
+	}
+	d.batch.send(batch, nil)
+	for _, i := range []int{0, 2} {
+		if o := batch[i].Out; o.Code != protocol.CodeUnavailable {
+			t.Errorf("take %d on a full Redis: %+v, want UNAVAILABLE", i, o)
+		}
+	}
+	if o := batch[1].Out; o.Code != "" || o.Used != 1 {
+		t.Errorf("peek on a full Redis: %+v, want used 1", o)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused float64
+	for _, mf := range mfs {
+		if mf.GetName() != "quotad_redis_errors_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == "refused" {
+					refused += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if refused != 2 {
+		t.Errorf("quotad_redis_errors_total{kind=\"refused\"} = %v, want 2", refused)
 	}
 }

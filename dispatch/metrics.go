@@ -117,7 +117,7 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 	})
 	m.redisErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quotad_redis_errors_total",
-		Help: "Redis commands that failed, by kind: timeout, connection, refused (LOADING, READONLY, OOM and the like).",
+		Help: "Redis commands that failed, by kind: timeout, connection, refused (LOADING, READONLY, OOM and the like, counting each decision of a batch script call Redis refused so).",
 	}, []string{"kind"})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "quotad_inflight_requests",
@@ -269,8 +269,24 @@ func (c *timedClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []
 	res := c.Client.DoMulti(ctx, cmds...)
 	for _, r := range res {
 		c.m.redisCall(start, r.Error())
+		c.m.refusedInside(r)
 	}
 	return res
+}
+
+// refusedInside counts the decisions of a batch script call's reply that
+// Redis refused (the OOM of a decision's first write): alone, each would
+// have been its command's error.
+func (m *metrics) refusedInside(r rueidis.RedisResult) {
+	arr, err := r.ToArray()
+	if err != nil {
+		return
+	}
+	for i := range arr {
+		if e := arr[i].Error(); e != nil && redisErrorKind(e) == "refused" {
+			m.redisErrors.WithLabelValues("refused").Inc()
+		}
+	}
 }
 
 func (m *metrics) redisCall(start time.Time, err error) {

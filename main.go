@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,6 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			requestCommand("take", "take quota and print the JSON reply"),
 			requestCommand("peek", "show a window's usage without consuming"),
 			requestCommand("release", "free a concurrency lease (named by --request-id)"),
+			requestCommand("settle", "give the actual cost (--cost) of an accepted take (--request-id); 0 refunds it"),
 			pingCommand(),
 			doctorCommand(),
 			benchCommand(),
@@ -219,6 +221,14 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	defer opts.Store.Close()
+	// Listen once the first connection attempt has an outcome, so that the
+	// first requests (clients reconnecting after a restart) are not
+	// answered "not connected" while the first dial is under way. A Redis
+	// that does not answer holds the socket back by --redis-timeout at most.
+	select {
+	case <-opts.Store.Started():
+	case <-time.After(cmp.Or(c.Duration("redis-timeout"), store.DefaultRedisTimeout)):
+	}
 	l, err := sidecar.Listen(c.String("socket"), mode)
 	if err != nil {
 		return err
@@ -293,7 +303,8 @@ func serve(c *cli.Context) error {
 	}
 }
 
-// requestFlags are the addressing flags shared by take and peek.
+// requestFlags are the addressing flags shared by take, peek, release and
+// settle, and each one's own.
 func requestFlags(op string) []cli.Flag {
 	flags := []cli.Flag{
 		socketFlag(),
@@ -315,6 +326,12 @@ func requestFlags(op string) []cli.Flag {
 	}
 	if op == "release" {
 		flags = append(flags, &cli.StringFlag{Name: "request-id", Aliases: []string{"r"}, Usage: "the lease to free"})
+	}
+	if op == "settle" {
+		flags = append(flags,
+			&cli.Int64Flag{Name: "cost", Required: true, Usage: "the take's actual cost: lower gives back, higher consumes past the limit, 0 refunds"},
+			&cli.StringFlag{Name: "request-id", Aliases: []string{"r"}, Required: true, Usage: "the request id of the accepted take"},
+		)
 	}
 	if op == "take" {
 		flags = append(flags,

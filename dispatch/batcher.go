@@ -9,9 +9,9 @@ import (
 )
 
 // batcher sends the decisions of every connection to Redis in shared
-// batches: one ExecMulti carries every call that came while the earlier
-// batches were at Redis, so rueidis writes them together, and Redis reads
-// them with one read. At most batchRunners batches are at Redis at once; a
+// batches: one ExecBatch carries every call that came while the earlier
+// batches were at Redis, as one script call per Redis node (per hash slot
+// on a Cluster) that decides each in turn, each as atomically as alone. At most batchRunners batches are at Redis at once; a
 // decision that comes while they are joins the next one, which goes as
 // soon as a runner is free. Under load batches grow with the load; alone, a
 // decision goes at once.
@@ -35,8 +35,9 @@ type batcher struct {
 const batchRunners = 2
 
 // maxBatch bounds the decisions of one batch, so that one batch holds
-// Redis (and the replies of its first decisions) only briefly.
-const maxBatch = 64
+// Redis (and the replies of its first decisions) only briefly: at most one
+// batch script call (luascript.MaxBatch).
+const maxBatch = luascript.MaxBatch
 
 func (b *batcher) start(d *Dispatcher) {
 	b.d = d
@@ -129,7 +130,7 @@ func (b *batcher) send(batch []*Decision, calls []luascript.Call) []luascript.Ca
 		d.complete(batch[0], calls[0].Exec(ctx, client), shortened)
 		return calls
 	}
-	res := luascript.ExecMulti(ctx, client, calls)
+	res := luascript.ExecBatch(ctx, client, calls)
 	for i, dec := range batch {
 		d.complete(dec, res[i], shortened)
 	}

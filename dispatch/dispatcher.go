@@ -116,6 +116,9 @@ type Decision struct {
 	start  time.Time // when Prepare began, for the latency metric
 	queued time.Time // when Run began: the Redis deadline counts from here
 	sent   time.Time // when the call went to Redis, for the local denial
+	// denyGen is the local denial's count of settles on the key's shard
+	// when a take ran: a denial found after a settle is not remembered.
+	denyGen uint64
 }
 
 // Prepare resolves req's limits, checks that its algorithm can do it and
@@ -174,7 +177,7 @@ func (d *Dispatcher) resolve(req *protocol.Request, cfg *policy.Config, l *Limit
 	if !ok {
 		return &protocol.Error{Code: protocol.CodeInternal, Message: "unknown algorithm " + strconv.Quote(l.Shape.Algorithm())}
 	}
-	l.Algorithm = alg
+	l.Algorithm = forOp(req.Op, alg)
 	return nil
 }
 
@@ -184,6 +187,18 @@ func (d *Dispatcher) resolve(req *protocol.Request, cfg *policy.Config, l *Limit
 func (d *Dispatcher) Run(dec *Decision) {
 	dec.queued = time.Now()
 	req := dec.req
+	switch req.Op {
+	case protocol.OpSettle:
+		d.deny.forget(dec.key)
+	case protocol.OpTake:
+		dec.denyGen = d.deny.generation(dec.key)
+		if dec.multi != nil {
+			for i := range dec.multi.checks {
+				c := &dec.multi.checks[i]
+				c.denyGen = d.deny.generation(c.key)
+			}
+		}
+	}
 	if req.Op == protocol.OpTake && req.RequestID == "" && d.localDenied(dec) {
 		// Known to be denied: this answer holds while Redis is down too.
 		d.metrics.localDenials.Inc()
@@ -263,6 +278,10 @@ func (d *Dispatcher) complete(dec *Decision, res rueidis.RedisResult, shortened 
 
 // finish counts a decided request and hands it back.
 func (d *Dispatcher) finish(dec *Decision) {
+	if dec.Out.Op == protocol.OpSettle && dec.key != "" {
+		// Applied or maybe applied: what a denial said may no longer hold.
+		d.deny.forget(dec.key)
+	}
 	d.metrics.observe(dec)
 	dec.Done()
 }

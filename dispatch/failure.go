@@ -36,7 +36,7 @@ func malformedReply(msg string) error {
 // leaves the outcome of a take unknown, and the message says so.
 func (d *Dispatcher) fail(o *Outcome, err error) {
 	unknown := ""
-	if o.Op == protocol.OpTake {
+	if o.Op == protocol.OpTake || o.Op == protocol.OpSettle {
 		unknown = ": the outcome is unknown; retry with the same request_id"
 	}
 	if pe, ok := errors.AsType[*protocol.Error](err); ok {

@@ -74,6 +74,8 @@ type multiCheck struct {
 	req   *protocol.Request
 	limit Limit
 	key   string
+	// denyGen is as a single take's (Decision.denyGen), for the check's key.
+	denyGen uint64
 }
 
 // checkErr names check i (from 0) in err's message.
@@ -261,7 +263,7 @@ func (d *Dispatcher) checkDecision(dec *Decision, i int) Decision {
 	c := &dec.multi.checks[i]
 	return Decision{
 		Out: dec.Out.Checks[i], req: c.req, limit: c.limit, key: c.key, cfg: dec.cfg,
-		start: dec.start, queued: dec.queued, sent: dec.sent,
+		start: dec.start, queued: dec.queued, sent: dec.sent, denyGen: c.denyGen,
 	}
 }
 

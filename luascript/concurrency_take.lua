@@ -27,21 +27,37 @@ end
 local key = KEYS[1]
 local limit_s, lease_s, strict, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-local limit = dec(limit_s, 1, MAX_LEASES)
-if not limit then
-  return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LEASES)
-end
-local lease = dec(lease_s, 1, MAX_WINDOW_MS)
-if not lease then
-  return fail('INVALID', 'lease_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-end
-if strict ~= '0' and strict ~= '1' then
-  return fail('INVALID', 'strict must be 0 or 1')
-end
-if #id < 1 or #id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID) then
-  return fail('INVALID', REQUEST_ID_RULE)
-end
 local policy = limit_s .. ':' .. lease_s
+
+-- Every argument at once, the usual case: one match of all of them joined
+-- by ':' (none of the parts can hold one, so each is matched whole, as dec
+-- and REQUEST_ID would), then their bounds in arithmetic. A canonical
+-- decimal in bounds has at most 16 digits, so each value is exact. Any
+-- other arguments go through the checks one by one, which say what is
+-- wrong; both accept exactly the same arguments.
+local limit, lease
+if string.find(policy .. ':' .. strict .. ':' .. id, '^[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]+$') then
+  limit, lease = limit_s + 0, lease_s + 0
+  if limit > MAX_LEASES or lease > MAX_WINDOW_MS or #id > MAX_REQUEST_ID_BYTES then
+    limit = nil
+  end
+end
+if not limit then
+  limit = dec(limit_s, 1, MAX_LEASES)
+  if not limit then
+    return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LEASES)
+  end
+  lease = dec(lease_s, 1, MAX_WINDOW_MS)
+  if not lease then
+    return fail('INVALID', 'lease_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
+  end
+  if strict ~= '0' and strict ~= '1' then
+    return fail('INVALID', 'strict must be 0 or 1')
+  end
+  if #id < 1 or #id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID) then
+    return fail('INVALID', REQUEST_ID_RULE)
+  end
+end
 
 local _, now = redis_now()
 

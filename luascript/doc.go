@@ -1,6 +1,7 @@
 // Package luascript holds quotad's embedded Lua scripts and the typed Go calls
-// over them. Each decision is one script run, so it is atomic on a single
-// Redis and in a Redis Cluster (all its keys share a hash tag, see key.go).
+// over them. Each decision is decided inside one script call, alone or in
+// a batch (below), so it is atomic on a single Redis and in a Redis
+// Cluster (all its keys share a hash tag, see key.go).
 //
 // # Fixed window
 //
@@ -101,6 +102,34 @@
 // is written. The key expires a second after its period ends,
 // and a key found without a TTL gets that again.
 //
+// # Settlements
+//
+// A settle names an accepted take by its key and request id and gives its
+// actual cost (0..MAX_LIMIT): the state moves by the cost minus the cost
+// the take's record holds, and a field of its own records the
+// settlement; the take's record is never rewritten. Records may carry
+// more ':'-separated fields after the ones listed above, which every
+// script reads past and keeps.
+//
+//	s:<id>        fixed and calendar windows: "<cost settled>"
+//	s:<id>        sliding window, token bucket: "<cost settled>:<expiry of
+//	              the record it settles, ms>", so that one left by an
+//	              earlier take of the same id is told apart
+//	sh, st        sliding window, token bucket: head and tail of the queue
+//	              of settlements, in order of settling
+//	sq:<n>        "<id>:<expiry ms>", one per settlement
+//
+// A fixed or calendar window's used, or the sliding window's count of the
+// period the take counted in (its record's expiry - 2 * window_ms), moves
+// within 0..MAX_LIMIT; a bucket's TAT moves by the span of the difference,
+// never below now (a full bucket) and never more than MAX_WINDOW_MS past
+// now. A settle is never limited, never creates a key and never moves a
+// window's end; a bucket's TTL only grows, to its new full time. Every
+// sliding window and bucket settle forgets up to three settlements past
+// their expiry, as takes forget records. A take the state no longer holds
+// (the window ended, it slid out, the bucket's horizon passed) or never
+// held is the no-op answer, settled 0.
+//
 // # Several limits in one take
 //
 // multitake.lua takes the checks of one take all or nothing: its script is
@@ -141,14 +170,37 @@
 //	concurrency    ConcurrencyTakeCall / ParseConcurrencyTake,
 //	               ConcurrencyPeekCall / ParseConcurrencyPeek,
 //	               ConcurrencyReleaseCall / ParseConcurrencyRelease
+//	settles        FixedWindowSettleCall, SlidingWindowSettleCall,
+//	               CalendarSettleCall, TokenBucketSettleCall, each with
+//	               its Parse...Settle (settle.go)
 //	several limits MultiTakeCall (of the takes' calls) / ParseMultiTake,
 //	               whose Checks each take's parser reads
 //
 // Call.Exec sends one call; ExecMulti sends calls of any mix of scripts in
-// one round trip and returns their results in order. The one-shot
-// functions (FixedWindowTake, TokenBucketTake, ...) are a builder, Exec and
-// a parser. Go validates against quotad/limits before anything is sent; a
+// one round trip, each its own script call, and returns their results in
+// order; ExecBatch (what the dispatcher uses) sends them as batch script
+// calls and returns the same results. The one-shot functions
+// (FixedWindowTake, TokenBucketTake, ...) are a builder, Exec and a
+// parser. Go validates against quotad/limits before anything is sent; a
 // script refusal is an *Error with a stable Code.
+//
+// # Batches
+//
+// The batch script (batch.lua, composed in batch.go) decides several calls
+// in one script call: the prelude, each script's body wrapped as a
+// function of KEYS and ARGV (made when a decision of the call first needs
+// it), and a driver that hands each decision its own keys and arguments
+// and runs its body under pcall. A decision in a batch is the same code as
+// alone and answers what its lone script would: its reply, or its error as
+// its element of the batch's reply, the others untouched. ExecBatch groups
+// calls by Redis node (by hash slot on a Cluster, KeySlot), at most
+// MaxBatch a call, sends a group of one as its own script, sends every
+// group in one DoMulti, resends a group once with EVAL on NOSCRIPT (it ran
+// nothing) and never otherwise. Under maxmemory a decision's first write
+// is refused only while no earlier decision of the call wrote, as its own
+// OOM error; batch.lua has the argument. Every decision of a call reads
+// the same instant of Redis's clock (redis_now), the clock Redis expires
+// keys by during a script.
 //
 // # Adding a script
 //
@@ -159,14 +211,15 @@
 //     NOT_OURS (the start of the scripts' own WRONGTYPE message),
 //     failed_read (the WRONGTYPE guard: the reply to a failed redis.pcall
 //     read of the key), REQUEST_ID (a request id's pattern), redis_now
-//     (Redis's clock in µs and ms), gcra (the token bucket's exact
-//     arithmetic), and the constants scripts.go writes from quotad/limits:
+//     (Redis's clock in µs and ms, read once a call), gcra (the token
+//     bucket's exact arithmetic), and the constants scripts.go writes from
+//     quotad/limits:
 //     MAX_LIMIT, MAX_WINDOW_MS, MAX_LEASES, MAX_REQUEST_ID_BYTES,
 //     MAX_REQUEST_IDS, MAX_EXACT and REQUEST_ID_RULE. A new bound goes into
 //     quotad/limits and boundsLua, never into a script as a literal. Redis
 //     makes every helper again on each run of every script, so a helper
 //     earns its place in the prelude only if several scripts need it, and
-//     refers to no local (see the top of prelude.lua).
+//     refers to no local unless that pays (see the top of prelude.lua).
 //  2. At its top, say in a comment where its first write is and why every
 //     error reply precedes it (at most a restored TTL may come first), as
 //     the other scripts do: callers treat an *Error as "nothing applied".
@@ -178,18 +231,26 @@
 //     sends (else CodeMalformedReply). Keep a one-shot function as
 //     builder, Exec and parser, if callers need one.
 //  4. Add it to scripts in load.go, so Load and Sources (readiness, the
-//     ACL test) know it. A take script also goes into multiBodies
-//     (multitake.go), with the place of its request_id argument and of
-//     its reply's replay flag, so a take of several limits can run it; its
-//     reads must not depend on its own writes, and its reply must end with
-//     its healed flag (see multitake.lua).
+//     ACL test) know it, and the batch script carries it. A take script
+//     also goes into multiBodies (multitake.go), with the place of its
+//     request_id argument and of its reply's replay flag, so a take of
+//     several limits can run it; its reads must not depend on its own
+//     writes, and its reply must end with its healed flag (see
+//     multitake.lua).
 //  5. Test it against redis-server (redistest): its decisions; every
 //     refusal in nowrite_test.go (the key is the same before and after);
 //     its arguments EVALed directly, past Go's validation; the embedded
 //     store (miniredis_algorithms_test.go); ExecMulti with the other
-//     scripts (multi_test.go). If it reads a hash an earlier release
+//     scripts (multi_test.go); its tests again inside a batch
+//     (TestScriptTestsInsideABatch, batch_test.go) and its calls in
+//     TestBatchAnswersAsEachCallAlone. A body runs inside the batch as a
+//     function: it keeps no reference to its KEYS or ARGV, and makes its
+//     deciding write first, so that under maxmemory it is refused whole or
+//     decides whole (batch.lua). If it reads a hash an earlier release
 //     wrote, keep that release's script in testdata/ and test both
-//     directions (compat_test.go).
+//     directions (compat_test.go). A take's arguments may be checked in
+//     one match before the checks one by one (fixed_window_take.lua);
+//     then add its pattern to fastChecks in batch_test.go.
 //
 // # What this package must never do
 //

@@ -21,16 +21,18 @@ var scripts = []*script{
 	concurrencyTake, concurrencyPeek, concurrencyRelease,
 	slidingWindowTake, slidingWindowPeek,
 	calendarTake, calendarPeek,
+	fixedWindowSettle, slidingWindowSettle, calendarSettle, tokenBucketSettle,
 	multiTake, multiGiveBack,
 }
 
-// sources are the scripts' texts, prelude included, as Redis holds them.
+// sources are the scripts' texts, prelude included, as Redis holds them,
+// and the batch script's (batch.go), which composes the others.
 var sources = func() []string {
-	srcs := make([]string, len(scripts))
+	srcs := make([]string, len(scripts), len(scripts)+1)
 	for i, s := range scripts {
 		srcs[i] = s.src
 	}
-	return srcs
+	return append(srcs, batchScript.src)
 }()
 
 // Load runs SCRIPT LOAD for every script on every node the client knows

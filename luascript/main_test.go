@@ -35,6 +35,9 @@ func setup(t *testing.T) *env {
 	t.Helper()
 	srv := redistest.Start(t)
 	e := &env{t: t, srv: srv, c: srv.Client(t), prefix: randomPrefix(t)}
+	if viaBatch {
+		e.c = batchingClient{e.c}
+	}
 	t.Cleanup(func() { redistest.AssertAllKeysHaveTTL(t, e.c, e.prefix) })
 	return e
 }

@@ -16,8 +16,9 @@
 -- Nothing here calls Redis until a script calls it, and nothing here
 -- writes. Redis runs the whole text on every call, and that shapes it:
 -- each helper is a closure made again on each run, and one that refers to
--- a local costs more, so there are few helpers, none refers to a local,
--- and gcra makes its own only when called; the checks of each script's
+-- a local costs more, so there are few helpers, only redis_now refers to
+-- a local (the instant it read, worth more than the upvalue costs), and
+-- gcra makes its own only when called; the checks of each script's
 -- arguments stay in the script, as plain code over dec and the bounds. A
 -- call of a C function (tonumber, string.*, math.*) costs more than a
 -- closure, so dec and redis_now convert with arithmetic, and patterns use
@@ -75,11 +76,17 @@ local REQUEST_ID = '^[A-Za-z0-9_%-]+$'
 
 -- Redis's clock (TIME): whole microseconds, and whole milliseconds.
 -- Microseconds since 1970 stay far below 2^53, so the arithmetic is exact
--- (and converts TIME's decimal strings without a C call).
+-- (and converts TIME's decimal strings without a C call). TIME is read
+-- once a script call: the decisions of a batch (batch.lua) all decide at
+-- the call's instant, as Redis expires keys during a script by the time it
+-- started, and a call of TIME costs more than most of a decision.
+local now_us
 local function redis_now()
-  local t = redis.call('TIME')
-  local us = t[1] * 1000000 + t[2]
-  return us, (us - us % 1000) / 1000
+  if not now_us then
+    local t = redis.call('TIME')
+    now_us = t[1] * 1000000 + t[2]
+  end
+  return now_us, (now_us - now_us % 1000) / 1000
 end
 
 -- The GCRA arithmetic of a bucket of that shape at now (µs), for the take

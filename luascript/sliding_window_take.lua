@@ -38,29 +38,47 @@ end
 local key = KEYS[1]
 local limit_s, window_s, cost_s, maxids_s, strict, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 
-local limit = dec(limit_s, 1, MAX_LIMIT)
-if not limit then
-  return redis.error_reply('INVALID limit must be a decimal in 1..' .. MAX_LIMIT)
-end
-local window = dec(window_s, 1, MAX_WINDOW_MS)
-if not window then
-  return redis.error_reply('INVALID window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-end
-local cost = dec(cost_s, 1, limit)
-if not cost then
-  return redis.error_reply('INVALID cost must be a decimal in 1..limit')
-end
-local maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
-if not maxids then
-  return redis.error_reply('INVALID max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
-end
-if strict ~= '0' and strict ~= '1' then
-  return redis.error_reply('INVALID strict must be 0 or 1')
-end
-if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, '^[A-Za-z0-9_%-]+$')) then
-  return redis.error_reply('INVALID request_id must be 1 to ' .. MAX_REQUEST_ID_BYTES .. ' of A-Z a-z 0-9 _ -')
-end
 local policy = limit_s .. ':' .. window_s
+
+-- Every argument at once, the usual case: one match of all of them joined
+-- by ':' (none of the parts can hold one, so each is matched whole, as dec
+-- and REQUEST_ID would), then their bounds in arithmetic. A canonical
+-- decimal in bounds has at most 16 digits, so each value is exact. Any
+-- other arguments go through the checks one by one, which say what is
+-- wrong; both accept exactly the same arguments.
+local limit, window, cost, maxids
+if string.find(policy .. ':' .. cost_s .. ':' .. maxids_s .. ':' .. strict .. ':' .. id,
+    '^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$') then
+  limit, window, cost, maxids = limit_s + 0, window_s + 0, cost_s + 0, maxids_s + 0
+  if limit > MAX_LIMIT or window > MAX_WINDOW_MS or cost > limit or maxids > MAX_REQUEST_IDS
+      or #id > MAX_REQUEST_ID_BYTES then
+    limit = nil
+  end
+end
+if not limit then
+  limit = dec(limit_s, 1, MAX_LIMIT)
+  if not limit then
+    return redis.error_reply('INVALID limit must be a decimal in 1..' .. MAX_LIMIT)
+  end
+  window = dec(window_s, 1, MAX_WINDOW_MS)
+  if not window then
+    return redis.error_reply('INVALID window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
+  end
+  cost = dec(cost_s, 1, limit)
+  if not cost then
+    return redis.error_reply('INVALID cost must be a decimal in 1..limit')
+  end
+  maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
+  if not maxids then
+    return redis.error_reply('INVALID max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
+  end
+  if strict ~= '0' and strict ~= '1' then
+    return redis.error_reply('INVALID strict must be 0 or 1')
+  end
+  if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, '^[A-Za-z0-9_%-]+$')) then
+    return redis.error_reply('INVALID request_id must be 1 to ' .. MAX_REQUEST_ID_BYTES .. ' of A-Z a-z 0-9 _ -')
+  end
+end
 
 local _, now = redis_now()
 

@@ -39,41 +39,59 @@ local key = KEYS[1]
 local rate_s, period_s, burst_s, cost_s, dedupe_s, maxids_s, strict, id =
   ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
-local rate = dec(rate_s, 1, MAX_LIMIT)
-if not rate then
-  return fail('INVALID', 'rate must be a decimal in 1..' .. MAX_LIMIT)
-end
-local period = dec(period_s, 1, MAX_WINDOW_MS)
-if not period then
-  return fail('INVALID', 'period_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-end
-local burst = dec(burst_s, 1, MAX_LIMIT)
-if not burst then
-  return fail('INVALID', 'burst must be a decimal in 1..' .. MAX_LIMIT)
-end
--- The refill time from empty bounds every time the bucket stores.
-if burst * period > MAX_WINDOW_MS * rate then
-  return fail('INVALID', 'burst * period_ms / rate must be at most ' .. MAX_WINDOW_MS)
-end
-local cost = dec(cost_s, 1, burst)
-if not cost then
-  return fail('INVALID', 'cost must be a decimal in 1..burst')
-end
-local dedupe = dec(dedupe_s, 1, MAX_WINDOW_MS)
-if not dedupe then
-  return fail('INVALID', 'dedupe_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-end
-local maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
-if not maxids then
-  return fail('INVALID', 'max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
-end
-if strict ~= '0' and strict ~= '1' then
-  return fail('INVALID', 'strict must be 0 or 1')
-end
-if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID)) then
-  return fail('INVALID', REQUEST_ID_RULE)
-end
 local policy = rate_s .. ':' .. period_s .. ':' .. burst_s
+
+-- Every argument at once, the usual case: one match of all of them joined
+-- by ':' (none of the parts can hold one, so each is matched whole, as dec
+-- and REQUEST_ID would), then their bounds in arithmetic. A canonical
+-- decimal in bounds has at most 16 digits, so each value is exact. Any
+-- other arguments go through the checks one by one, which say what is
+-- wrong; both accept exactly the same arguments.
+local rate, period, burst, cost, dedupe, maxids
+if string.find(policy .. ':' .. cost_s .. ':' .. dedupe_s .. ':' .. maxids_s .. ':' .. strict .. ':' .. id,
+    '^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$') then
+  rate, period, burst, cost, dedupe, maxids = rate_s + 0, period_s + 0, burst_s + 0, cost_s + 0, dedupe_s + 0, maxids_s + 0
+  if rate > MAX_LIMIT or period > MAX_WINDOW_MS or burst > MAX_LIMIT or burst * period > MAX_WINDOW_MS * rate
+      or cost > burst or dedupe > MAX_WINDOW_MS or maxids > MAX_REQUEST_IDS or #id > MAX_REQUEST_ID_BYTES then
+    rate = nil
+  end
+end
+if not rate then
+  rate = dec(rate_s, 1, MAX_LIMIT)
+  if not rate then
+    return fail('INVALID', 'rate must be a decimal in 1..' .. MAX_LIMIT)
+  end
+  period = dec(period_s, 1, MAX_WINDOW_MS)
+  if not period then
+    return fail('INVALID', 'period_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
+  end
+  burst = dec(burst_s, 1, MAX_LIMIT)
+  if not burst then
+    return fail('INVALID', 'burst must be a decimal in 1..' .. MAX_LIMIT)
+  end
+  -- The refill time from empty bounds every time the bucket stores.
+  if burst * period > MAX_WINDOW_MS * rate then
+    return fail('INVALID', 'burst * period_ms / rate must be at most ' .. MAX_WINDOW_MS)
+  end
+  cost = dec(cost_s, 1, burst)
+  if not cost then
+    return fail('INVALID', 'cost must be a decimal in 1..burst')
+  end
+  dedupe = dec(dedupe_s, 1, MAX_WINDOW_MS)
+  if not dedupe then
+    return fail('INVALID', 'dedupe_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
+  end
+  maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
+  if not maxids then
+    return fail('INVALID', 'max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
+  end
+  if strict ~= '0' and strict ~= '1' then
+    return fail('INVALID', 'strict must be 0 or 1')
+  end
+  if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID)) then
+    return fail('INVALID', REQUEST_ID_RULE)
+  end
+end
 
 local now, now_ms = redis_now()
 local g = gcra(rate, period, burst, now)

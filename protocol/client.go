@@ -35,6 +35,8 @@ type Reply struct {
 	RedisError    string `json:"redis_error,omitempty"`
 	LeaseMS       int64  `json:"lease_ms"`
 	Released      bool   `json:"released"`
+	Settled       bool   `json:"settled"`
+	Reserved      int64  `json:"reserved"`
 	Shadow        bool   `json:"shadow"`
 	ShadowAllowed bool   `json:"shadow_allowed"`
 	Ready         bool   `json:"ready"`

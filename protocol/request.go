@@ -15,6 +15,7 @@ const (
 	OpPeek
 	OpPing
 	OpRelease
+	OpSettle
 )
 
 func (o Op) String() string {
@@ -27,6 +28,8 @@ func (o Op) String() string {
 		return "ping"
 	case OpRelease:
 		return "release"
+	case OpSettle:
+		return "settle"
 	}
 	return "unknown"
 }
@@ -130,9 +133,9 @@ func (r *Request) validate() error {
 	switch r.Op {
 	case OpPing:
 		return nil
-	case OpTake, OpPeek, OpRelease:
+	case OpTake, OpPeek, OpRelease, OpSettle:
 	default:
-		return invalid("op is required: one of take, peek, release, ping")
+		return invalid("op is required: one of take, peek, release, settle, ping")
 	}
 	if r.fields&fieldChecks != 0 {
 		return r.validateChecks()
@@ -184,6 +187,11 @@ func (r *Request) validate() error {
 	}
 	if r.Op == OpRelease {
 		if err := r.validateRelease(); err != nil {
+			return err
+		}
+	}
+	if r.Op == OpSettle {
+		if err := r.validateSettle(); err != nil {
 			return err
 		}
 	}
@@ -421,8 +429,10 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 			r.Op = OpPing
 		case "release":
 			r.Op = OpRelease
+		case "settle":
+			r.Op = OpSettle
 		default:
-			d.fail(invalid("unknown op " + quoteShort(s) + ": one of take, peek, release, ping"))
+			d.fail(invalid("unknown op " + quoteShort(s) + ": one of take, peek, release, settle, ping"))
 		}
 		return nil
 	case fieldSubject:

@@ -3,7 +3,7 @@
 export declare const DEFAULT_SOCKET: string;
 export declare const DEFAULT_TIMEOUT_MS: number;
 
-/** How a take, peek or release names its quota: a policy, or an inline limit. */
+/** How a take, peek, release or settle names its quota: a policy, or an inline limit. */
 export interface Address {
   /** A policy in the sidecar's config (instead of the inline fields). */
   policy?: string;
@@ -50,6 +50,13 @@ export interface TakeOptions extends Address, CallOptions, HeadersOption {
 }
 
 export type PeekOptions = Address & CallOptions & HeadersOption;
+
+export interface SettleOptions extends Omit<Address, 'lease_ms'>, CallOptions, HeadersOption {
+  /** The accepted take's request_id. */
+  request_id: string;
+  /** The take's actual cost, 0 (a refund) to 1000000000: lower gives back, higher consumes past the limit. */
+  cost: number;
+}
 
 /** One limit of a take of several (takeChecks): addressed as for take, with its own cost. */
 export interface Check extends Omit<Address, 'timeout_ms'> {
@@ -163,6 +170,24 @@ export interface ReleaseReply {
   remaining: number;
 }
 
+export interface SettleReply {
+  ok: true;
+  /** false: the state holds no take of that request_id (its window ended, say); nothing changed. */
+  settled: boolean;
+  /** Settled before with the same cost; nothing changed now. */
+  replay: boolean;
+  /** The cost the take reserved; 0 when not settled. */
+  reserved: number;
+  limit: number;
+  used: number;
+  remaining: number;
+  reset_ms: number;
+  /** What a take of cost 1 would be told now. */
+  retry_after_ms: number;
+  /** Only when asked with { headers: true }. */
+  headers?: RateLimitHeaders;
+}
+
 export interface PingReply {
   ok: true;
   store: 'redis' | 'embedded';
@@ -219,7 +244,7 @@ export declare class OutcomeUnknown extends QuotadError {
 }
 
 /** The reply's header fields as a new object; empty when it has none. */
-export declare function rateLimitHeaders(reply: TakeReply | MultiTakeReply | PeekReply | RawReply): Record<string, string>;
+export declare function rateLimitHeaders(reply: TakeReply | MultiTakeReply | PeekReply | SettleReply | RawReply): Record<string, string>;
 
 /** The error class instance for an error reply. */
 export declare function errorFromReply(reply: ErrorReply): QuotadError;
@@ -235,6 +260,7 @@ export declare class Client {
   takeChecks(checks: Check[], options?: TakeChecksOptions): Promise<MultiTakeReply>;
   peek(subject: string, options?: PeekOptions): Promise<PeekReply>;
   release(subject: string, request_id: string, options?: ReleaseOptions): Promise<ReleaseReply>;
+  settle(subject: string, options: SettleOptions): Promise<SettleReply>;
   ping(options?: CallOptions): Promise<PingReply>;
   request(req: RawRequest, options?: CallOptions): Promise<RawReply>;
   pipeline(reqs: Iterable<RawRequest>, options?: CallOptions): Promise<RawReply[]>;

@@ -14,7 +14,7 @@
 //
 // After a lost connection (the sidecar restarted, say) the client connects
 // again by itself and resends what is safe to resend: pings, peeks,
-// releases and takes with a request_id. A take without a request_id that was
+// releases, settles and takes with a request_id. A take without a request_id that was
 // written before the connection was lost rejects with OutcomeUnknown
 // instead: it may or may not have been counted, and sending it again could
 // count it twice.
@@ -131,6 +131,7 @@ const OPTIONS = {
   takeChecks: ['cost', 'request_id', 'timeout_ms', 'headers', 'timeoutMs'],
   peek: [...ADDRESS, 'headers', 'timeoutMs'],
   release: ['policy', 'limit', 'algorithm', 'lease_ms', 'timeout_ms', 'timeoutMs'],
+  settle: [...ADDRESS.filter((f) => f !== 'lease_ms'), 'cost', 'request_id', 'headers', 'timeoutMs'],
   ping: ['timeoutMs'],
   call: ['timeoutMs'],
   client: ['timeoutMs'],
@@ -486,6 +487,24 @@ export class Client {
   async release(subject, request_id, options = {}) {
     checkOptions('release', options);
     return this._one(buildRequest('release', { subject, request_id, ...options }), options.timeoutMs);
+  }
+
+  // Give the actual cost of the accepted take options.request_id of
+  // subject, addressed as that take was: { request_id, cost, ...address }.
+  // Lower than reserved gives the rest back, 0 gives it all back (a refund),
+  // higher consumes the extra even past the limit. The same settle again is a
+  // replay; another cost rejects with Conflict. settled is false when the
+  // state no longer holds the take (its window ended) or never did: nothing
+  // changed, which is not an error. A settle is safe to retry.
+  async settle(subject, options = {}) {
+    checkOptions('settle', options);
+    if (typeof options.request_id !== 'string' || options.request_id === '') {
+      throw new TypeError('quotad: settle needs the request_id of the take it settles');
+    }
+    if (!Number.isInteger(options.cost)) {
+      throw new TypeError(`quotad: settle needs the take's actual cost, an integer, not ${options.cost}`);
+    }
+    return this._one(buildRequest('settle', { subject, ...options }), options.timeoutMs);
   }
 
   // Check the sidecar and its store.

@@ -55,6 +55,8 @@ func TestBenchRunsEveryStep(t *testing.T) {
 		"pipelining, quotad vs in-process", "one at a time, quotad vs in-process",
 		"quotad CPU per decision", "Redis connections", "usec_per_call", "Redis CPU per decision",
 		"dec/script call", "RSS added by 20 idle connections", "2 clients that never read", "exhausted subject",
+		"pipelining with request ids, quotad vs in-process", "decisions per script call", "probe p99",
+		"PING p99 of another Redis client", "token bucket, 64x16 vs fixed window", "sliding window, 64x16 vs fixed window",
 	}
 	for _, r := range matrix {
 		want = append(want, r.name)

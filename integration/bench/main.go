@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,8 +140,17 @@ var matrix = []row{
 	{name: "concurrency take+release, 64x16", sidecar: true, algorithm: "concurrency", conns: 64, inflight: 16, requestIDs: true, release: true, inProcess: rowInProcPipe},
 	{name: "concurrency take+release, 16x1", sidecar: true, algorithm: "concurrency", conns: 16, inflight: 1, requestIDs: true, release: true, inProcess: rowInProcOne},
 	{name: "sliding window, 64x16", sidecar: true, algorithm: "sliding_window", conns: 64, inflight: 16, inProcess: rowInProcPipe, mainOnly: true},
+	{name: "sliding window, 64x16, request ids", sidecar: true, algorithm: "sliding_window", conns: 64, inflight: 16, requestIDs: true, inProcess: rowInProcPipe, mainOnly: true},
 	{name: "calendar (day), 64x16", sidecar: true, algorithm: "calendar", conns: 64, inflight: 16, inProcess: rowInProcPipe, mainOnly: true},
+	{name: "calendar (day), 64x16, request ids", sidecar: true, algorithm: "calendar", conns: 64, inflight: 16, requestIDs: true, inProcess: rowInProcPipe, mainOnly: true},
 }
+
+// More rows the checks read.
+const (
+	rowPipeliningIDs = 4 // fixed window, 64 conns x 16, request ids
+	rowTokenBucket   = 6 // token bucket, 64x16
+	rowSliding       = 14
+)
 
 // sample is one measurement of one row.
 type sample struct {
@@ -150,10 +160,11 @@ type sample struct {
 	sidecarCPU  float64 // µs per decision
 	redisCPU    float64
 	clientCPU   float64
-	scriptUsec  float64 // Redis's time per script call, of every script and flavour
-	redisCalls  float64 // Redis commands per decision, the script and those it ran
-	scriptCalls int64   // EVAL, EVALSHA and FCALL calls, of every flavour
-	redisConns  int     // connections of the measured client to Redis
+	scriptUsec  float64       // Redis's time per script call, of every script and flavour
+	redisCalls  float64       // Redis commands per decision, the script and those it ran
+	scriptCalls int64         // EVAL, EVALSHA and FCALL calls, of every flavour
+	redisConns  int           // connections of the measured client to Redis
+	probeP99    time.Duration // of a PING every ms from another client of the same Redis
 	sidecarRSS  int64
 	decisions   int64
 	errorCodes  map[protocol.Code]int64 // quotad rows only
@@ -413,6 +424,12 @@ func (b *bench) measure(ctx context.Context, r row, sc *sidecar, round int) (sam
 		return s, err
 	}
 
+	// Another client of the same Redis, measuring what the load adds to
+	// its latency.
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	probeDone := make(chan probeResult, 1)
+	go func() { probeDone <- probe(probeCtx, b.redis.Addr()) }()
+	defer stopProbe()
 	// Count the measured client's Redis connections halfway through.
 	connsDone := make(chan int, 1)
 	go func() {
@@ -464,6 +481,12 @@ func (b *bench) measure(ctx context.Context, r row, sc *sidecar, round int) (sam
 		decisions, s.rate, s.p50, s.p99, s.errors = res.decisions, res.rate, res.p50, res.p99, res.errors
 	}
 	s.redisConns = <-connsDone
+	stopProbe()
+	pr := <-probeDone
+	if pr.err != nil {
+		return s, fmt.Errorf("latency probe: %w", pr.err)
+	}
+	s.probeP99 = pr.p99
 	var sc1 time.Duration
 	if sc != nil {
 		sc1, err1 = cpuTime(spid)
@@ -662,4 +685,55 @@ func (b *bench) redisConns(ctx context.Context, pid int) int {
 		}
 	}
 	return n
+}
+
+type probeResult struct {
+	p99 time.Duration
+	err error
+}
+
+// probe sends PING on a connection of its own to the Redis at addr every
+// millisecond until ctx ends, and returns the 99th percentile of the
+// round trips: the latency the measured load adds to Redis's other
+// clients (a batch script call holds Redis while it runs).
+func probe(ctx context.Context, addr string) probeResult {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return probeResult{err: err}
+	}
+	defer c.Close()
+	go func() { <-ctx.Done(); _ = c.SetDeadline(time.Now()) }()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	var lats []time.Duration
+	buf := make([]byte, 7)
+	for {
+		select {
+		case <-ctx.Done():
+			if len(lats) == 0 {
+				return probeResult{}
+			}
+			sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+			return probeResult{p99: lats[len(lats)*99/100]}
+		case <-tick.C:
+		}
+		t0 := time.Now()
+		if _, err := c.Write([]byte("PING\r\n")); err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			return probeResult{err: err}
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			return probeResult{err: err}
+		}
+		if string(buf) != "+PONG\r\n" {
+			return probeResult{err: fmt.Errorf("PING answered %q", buf)}
+		}
+		lats = append(lats, time.Since(t0))
+	}
 }

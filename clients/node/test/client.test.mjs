@@ -144,6 +144,29 @@ test('release, pipeline and ping', async () => {
   await q.close();
 });
 
+test('settle', async () => {
+  const q = await quotad.Client.connect(SOCKET);
+  const s = `${PREFIX}-settle`;
+  const w = { limit: 10000, window_ms: 60000 };
+  assert.equal((await q.take(s, { ...w, cost: 2000, request_id: 'call-1' })).used, 2000);
+  const r = await q.settle(s, { ...w, request_id: 'call-1', cost: 1234 });
+  assert.deepEqual([r.settled, r.replay, r.reserved, r.used, r.remaining], [true, false, 2000, 1234, 8766]);
+  assert.equal((await q.settle(s, { ...w, request_id: 'call-1', cost: 1234 })).replay, true);
+  await assert.rejects(q.settle(s, { ...w, request_id: 'call-1', cost: 1500 }), quotad.Conflict);
+  const none = await q.settle(s, { ...w, request_id: 'never', cost: 0 });
+  assert.equal(none.settled, false);
+  assert.equal(none.used, 1234);
+  const b = { algorithm: 'token_bucket', rate: 1, period_ms: 3600000, burst: 10 };
+  await q.take(`${s}-b`, { ...b, cost: 6, request_id: 'up-1' });
+  const refund = await q.settle(`${s}-b`, { ...b, request_id: 'up-1', cost: 0, headers: true });
+  assert.deepEqual([refund.settled, refund.remaining], [true, 10]);
+  assert.equal(quotad.rateLimitHeaders(refund)['Retry-After'], undefined);
+  await assert.rejects(q.settle(s, { ...w, cost: 1 }), TypeError);
+  await assert.rejects(q.settle(s, { ...w, request_id: 'call-1' }), TypeError);
+  await assert.rejects(q.settle(s, { ...w, request_id: 'call-1', cost: 1, lease_ms: 1 }), TypeError);
+  await q.close();
+});
+
 test('sliding window', async () => {
   const q = await quotad.Client.connect(SOCKET);
   const s = `${PREFIX}-sliding`;

@@ -1,6 +1,6 @@
 // Compiled with tsc --noEmit --strict by the tests: the declarations must
 // describe the API as the README uses it.
-import { Client, Conflict, OutcomeUnknown, QuotadError, rateLimitHeaders, type CheckReply, type MultiTakeReply, type TakeReply } from 'quotad';
+import { Client, Conflict, OutcomeUnknown, QuotadError, rateLimitHeaders, type CheckReply, type MultiTakeReply, type SettleReply, type TakeReply } from 'quotad';
 
 async function main(): Promise<void> {
   const q: Client = await Client.connect('./quotad.sock', { timeoutMs: 2000 });
@@ -22,6 +22,11 @@ async function main(): Promise<void> {
   const resets: number = daily.reset_ms + weekly.reset_ms;
   const rel = await q.release('jobs', 'job-1', { algorithm: 'concurrency', limit: 2, lease_ms: 30000 });
   const released: boolean = rel.released;
+  const s: SettleReply = await q.settle('alice', { limit: 5, window_ms: 60000, request_id: 'order-1', cost: 1 });
+  const settled: boolean = s.settled && !s.replay && s.reserved > 0;
+  console.log(settled, rateLimitHeaders(s));
+  // @ts-expect-error a settle needs the take's cost
+  await q.settle('alice', { limit: 5, window_ms: 60000, request_id: 'order-1' });
   const ping = await q.ping();
   const ready: boolean = ping.ready;
   const replies = await q.pipeline([{ op: 'take', id: 'a', subject: 'bob', limit: 1, window_ms: 1000 }]);

@@ -19,7 +19,7 @@ to reach the sidecar raises `quotad.ConnectionError` (or `Timeout`).
 
 After a lost connection (the sidecar restarted, say) both clients connect
 again by themselves and resend what is safe to resend: pings, peeks,
-releases and takes with a `request_id`. A take without a `request_id` that
+releases, settles and takes with a `request_id`. A take without a `request_id` that
 was written before the connection was lost raises `OutcomeUnknown` instead:
 it may or may not have been counted, and sending it again could count it
 twice.
@@ -73,6 +73,7 @@ __all__ = [
     "ReleaseReply",
     "Reply",
     "RequestIdsFull",
+    "SettleReply",
     "ShuttingDown",
     "TakeReply",
     "Timeout",
@@ -154,6 +155,25 @@ class ReleaseReply(TypedDict):
     limit: int
     used: int
     remaining: int
+
+
+class _SettleFields(TypedDict):
+    ok: bool
+    settled: bool
+    replay: bool
+    reserved: int
+    limit: int
+    used: int
+    remaining: int
+    reset_ms: int
+    retry_after_ms: int
+
+
+class SettleReply(_SettleFields, total=False):
+    """The reply to a settle: settled is False when the state holds no take
+    of that request_id (its window ended, say), which is not an error."""
+
+    headers: RateLimitHeaders
 
 
 class _PingFields(TypedDict):
@@ -695,6 +715,28 @@ class Client:
                                        timeout_ms=timeout_ms))
         return cast(ReleaseReply, self.request(req, timeout=timeout))
 
+    def settle(self, subject: str, policy: Optional[str] = None, limit: Optional[int] = None,
+               window_ms: Optional[int] = None, *, request_id: str, cost: int,
+               algorithm: Optional[str] = None, rate: Optional[int] = None,
+               period_ms: Optional[int] = None, burst: Optional[int] = None,
+               period: Optional[str] = None, time_zone: Optional[str] = None,
+               week_start: Optional[str] = None, jitter_ms: Optional[int] = None,
+               timeout_ms: Optional[int] = None, headers: bool = False,
+               timeout: Optional[float] = None) -> SettleReply:
+        """Give the actual cost of the accepted take request_id of subject,
+        addressed as that take was: lower than it reserved gives the rest
+        back, 0 gives it all back (a refund), higher consumes the extra even
+        past the limit. The same settle again is a replay; another cost
+        raises Conflict. reply["settled"] is False when the state no longer
+        holds the take (its window ended) or never did: nothing changed,
+        which is not an error. A settle is safe to retry."""
+        req = _request("settle", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
+                                      cost=cost, request_id=request_id, algorithm=algorithm, rate=rate,
+                                      period_ms=period_ms, burst=burst, period=period,
+                                      time_zone=time_zone, week_start=week_start, jitter_ms=jitter_ms,
+                                      timeout_ms=timeout_ms, headers=True if headers else None))
+        return cast(SettleReply, self.request(req, timeout=timeout))
+
     def take_checks(self, checks: Sequence[Check], cost: int = 1, request_id: Optional[str] = None, *,
                     timeout_ms: Optional[int] = None, headers: bool = False,
                     timeout: Optional[float] = None) -> MultiTakeReply:
@@ -1091,6 +1133,22 @@ class AsyncClient:
                                        algorithm=algorithm, limit=limit, lease_ms=lease_ms,
                                        timeout_ms=timeout_ms))
         return cast(ReleaseReply, await self.request(req, timeout=timeout))
+
+    async def settle(self, subject: str, policy: Optional[str] = None, limit: Optional[int] = None,
+                     window_ms: Optional[int] = None, *, request_id: str, cost: int,
+                     algorithm: Optional[str] = None, rate: Optional[int] = None,
+                     period_ms: Optional[int] = None, burst: Optional[int] = None,
+                     period: Optional[str] = None, time_zone: Optional[str] = None,
+                     week_start: Optional[str] = None, jitter_ms: Optional[int] = None,
+                     timeout_ms: Optional[int] = None, headers: bool = False,
+                     timeout: Optional[float] = None) -> SettleReply:
+        """Give the actual cost of an accepted take; see Client.settle."""
+        req = _request("settle", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
+                                      cost=cost, request_id=request_id, algorithm=algorithm, rate=rate,
+                                      period_ms=period_ms, burst=burst, period=period,
+                                      time_zone=time_zone, week_start=week_start, jitter_ms=jitter_ms,
+                                      timeout_ms=timeout_ms, headers=True if headers else None))
+        return cast(SettleReply, await self.request(req, timeout=timeout))
 
     async def take_checks(self, checks: Sequence[Check], cost: int = 1, request_id: Optional[str] = None, *,
                           timeout_ms: Optional[int] = None, headers: bool = False,

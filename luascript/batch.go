@@ -1,0 +1,253 @@
+package luascript
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// MaxBatch bounds the decisions of one batch script call, so that one call
+// holds Redis only briefly (make bench measures what a batch adds to the
+// latency of Redis's other clients). ExecBatch splits larger groups.
+const MaxBatch = 64
+
+// maxCount bounds a decision's keys and arguments in a batch, and the
+// number of bodies: the layout holds each in a byte (batch.lua).
+const maxCount = 255
+
+//go:embed batch.lua
+var batchDriver string
+
+// batchScript decides several calls, of any of scripts, in one script call
+// (batch.lua); batchIndex is each script's body index in it.
+var batchScript, batchIndex = newBatch(scripts)
+
+// wrapBody is a script's body as a function of KEYS and ARGV: the body
+// file's top-level text, its flags line left out, so that each body stays
+// written once.
+func wrapBody(s *script) string {
+	_, body, ok := strings.Cut(s.src, "\n-- "+s.name+"\n")
+	if !ok {
+		panic("luascript: no body in the text of " + s.name)
+	}
+	return "function(KEYS, ARGV)\n" + body + "\nend"
+}
+
+// newBatch composes the batch script of ss: the prelude, BODY, which makes
+// the function of each body when the driver first needs it, and the
+// driver.
+func newBatch(ss []*script) (*script, map[*script]byte) {
+	if len(ss) > maxCount {
+		panic("luascript: more scripts than a batch layout can name")
+	}
+	var b strings.Builder
+	b.WriteString(prelude)
+	b.WriteString("\n-- BODY(i) is the function of the i-th script's body (batch.go).\n")
+	b.WriteString("local function BODY(i)\n")
+	index := make(map[*script]byte, len(ss))
+	for i, s := range ss {
+		index[s] = byte(i + 1)
+		fmt.Fprintf(&b, "  if i == %d then\n    -- %s\n    return %s\n  end\n", i+1, s.name, wrapBody(s))
+	}
+	b.WriteString("end\n")
+	fmt.Fprintf(&b, "local NBODIES = %d\nlocal MAX_BATCH = %d\n\n-- batch.lua\n", len(ss), MaxBatch)
+	b.WriteString(batchDriver)
+	src := b.String()
+	return &script{name: "batch.lua", src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}, index
+}
+
+// BatchText is the batch script's text, as Redis holds it.
+func BatchText() string { return batchScript.src }
+
+// ExecBatch sends calls of any mix of scripts and returns one result per
+// call, in order, each the reply its call would get alone, for its parser.
+//
+// Calls bound for the same Redis (on a Cluster: the same hash slot) go as
+// one EVALSHA of the batch script (batch.lua), which decides each in turn,
+// at most MaxBatch per call; a call alone in its group goes as its own
+// script (Exec's command), which Redis runs for less. All the commands go
+// in one DoMulti. A batch Redis did not run because it does not hold the
+// batch script (NOSCRIPT, after a restart or failover) is sent once more
+// with EVAL: it ran nothing, so no decision runs twice. Any other failure
+// of a batch call (a lost connection, a timeout) is every one of its
+// calls' result: whether they ran is unknown, and none is resent.
+func ExecBatch(ctx context.Context, client rueidis.Client, calls []Call) []rueidis.RedisResult {
+	res := make([]rueidis.RedisResult, len(calls))
+	groups := groupCalls(client.Mode() == rueidis.ClientModeCluster, calls)
+	cmds := make(rueidis.Commands, 0, len(groups))
+	for _, g := range groups {
+		if len(g) == 1 {
+			c := calls[g[0]]
+			if c.s.peek {
+				cmds = append(cmds, client.B().EvalshaRo().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build())
+			} else {
+				cmds = append(cmds, client.B().Evalsha().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build())
+			}
+			continue
+		}
+		keys, args := batchArgs(calls, g)
+		cmds = append(cmds, client.B().Evalsha().Sha1(batchScript.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	}
+	var sent []rueidis.RedisResult
+	if len(cmds) > 0 {
+		sent = client.DoMulti(ctx, cmds...)
+	}
+	var again []int // groups to send again with EVAL
+	for n, g := range groups {
+		r := sent[n]
+		err := r.Error()
+		if len(g) == 1 {
+			c := calls[g[0]]
+			if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() || c.s.peek && flagsRefused(err) {
+				r = c.Exec(ctx, client)
+			}
+			res[g[0]] = r
+			continue
+		}
+		if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
+			again = append(again, n)
+			continue
+		}
+		splitBatch(res, g, r)
+	}
+	if len(again) > 0 {
+		cmds = cmds[:0]
+		for _, n := range again {
+			keys, args := batchArgs(calls, groups[n])
+			cmds = append(cmds, client.B().Eval().Script(batchScript.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		}
+		for i, r := range client.DoMulti(ctx, cmds...) {
+			splitBatch(res, groups[again[i]], r)
+		}
+	}
+	for i, c := range calls {
+		if c.s == nil {
+			res[i] = rueidis.NewErrorResult(errZeroCall)
+		}
+	}
+	return res
+}
+
+// groupCalls groups the indexes of calls into script calls: every call
+// whose script the batch knows, by Redis node (by hash slot on a Cluster),
+// in order, at most MaxBatch a group; a call the batch cannot carry (a
+// script outside scripts, too many keys or arguments) is a group of its
+// own. The zero Call is in no group.
+func groupCalls(cluster bool, calls []Call) [][]int {
+	var groups [][]int
+	var open map[uint16]int // on a Cluster: slot -> its group being filled
+	if cluster {
+		open = map[uint16]int{}
+	}
+	filling := -1 // outside a Cluster: the group being filled
+	for i, c := range calls {
+		if c.s == nil {
+			continue
+		}
+		if _, ok := batchIndex[c.s]; !ok || len(c.keys) > maxCount || len(c.args) > maxCount || len(c.keys) == 0 {
+			groups = append(groups, []int{i})
+			continue
+		}
+		n, ok := filling, filling >= 0
+		var slot uint16
+		if cluster {
+			slot = KeySlot(c.keys[0])
+			n, ok = open[slot]
+		}
+		if ok && len(groups[n]) < MaxBatch {
+			groups[n] = append(groups[n], i)
+			continue
+		}
+		if cluster {
+			open[slot] = len(groups)
+		} else {
+			filling = len(groups)
+		}
+		groups = append(groups, make([]int, 1, min(MaxBatch, len(calls)-i)))
+		groups[len(groups)-1][0] = i
+	}
+	return groups
+}
+
+// batchArgs lays out the calls of group g as the batch script's KEYS and
+// ARGV (batch.lua).
+func batchArgs(calls []Call, g []int) (keys, args []string) {
+	nk, na := 0, 1
+	for _, i := range g {
+		nk += len(calls[i].keys)
+		na += len(calls[i].args)
+	}
+	keys, args = make([]string, 0, nk), make([]string, 1, na)
+	layout := make([]byte, 0, 3*len(g))
+	for _, i := range g {
+		c := calls[i]
+		keys = append(keys, c.keys...)
+		args = append(args, c.args...)
+		layout = append(layout, batchIndex[c.s], byte(len(c.keys)), byte(len(c.args)))
+	}
+	args[0] = string(layout)
+	return keys, args
+}
+
+// splitBatch gives each call of group g its element of the batch's reply
+// r, or r itself when Redis refused the whole call (an error reply, which
+// ran nothing, or a failure after which the outcome is unknown). A reply of
+// another shape than one element per call is malformed for every call.
+func splitBatch(res []rueidis.RedisResult, g []int, r rueidis.RedisResult) {
+	if r.Error() != nil {
+		for _, i := range g {
+			res[i] = r
+		}
+		return
+	}
+	arr, err := r.ToArray()
+	if err == nil && len(arr) != len(g) {
+		err = fmt.Errorf("%d elements for %d decisions", len(arr), len(g))
+	}
+	if err != nil {
+		bad := rueidis.NewErrorResult(&Error{Code: CodeMalformedReply, Message: "batch reply: " + err.Error()})
+		for _, i := range g {
+			res[i] = bad
+		}
+		return
+	}
+	for k, i := range g {
+		res[i] = rueidis.NewResult(arr[k], nil)
+	}
+}
+
+// KeySlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
+// hash tag (what is between its first '{' and the next '}', when not
+// empty) or of the whole key, modulo 16384.
+func KeySlot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc = crc<<8 ^ crc16[byte(crc>>8)^key[i]]
+	}
+	return crc & 16383
+}
+
+// crc16 is the table of CRC16-XMODEM (polynomial 0x1021), as Redis hashes
+// keys.
+var crc16 = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		t[i] = crc
+	}
+	return t
+}()

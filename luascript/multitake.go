@@ -27,10 +27,12 @@ var (
 	multiGiveBack = newMultiScript("multitake_giveback.lua", multiGiveBackSrc)
 )
 
-// newMultiScript is a script of the take of several limits that runs no
-// take body: the bounds and MAX_CHECKS, the prelude, then its body.
+// newMultiScript is a script of the take of several limits: the prelude,
+// then, after the line naming it, its body, which starts with MAX_CHECKS.
+// Like every script's, its body is what follows that line, so that the
+// batch script (batch.go) can run it as a function too.
 func newMultiScript(name, body string) *script {
-	src := boundsLua() + "local MAX_CHECKS = " + strconv.Itoa(MaxChecks) + "\n" + preludeSrc + "\n-- " + name + "\n" + body
+	src := prelude + "\n-- " + name + "\n" + "local MAX_CHECKS = " + strconv.Itoa(MaxChecks) + "\n" + body
 	return &script{name: name, src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}
 }
 
@@ -53,14 +55,14 @@ var multiBodies = []multiBody{
 	{calendarTake, calendarTakeBody, "calendar_take", 5, 3},
 }
 
-// newMultiTake makes multitake.lua's script: the bounds, the redis its
-// bodies see, the prelude, each take body as a local function, the table
-// naming them, then multitake.lua. Each body stays the text of its own
-// script, so a single take and a check of a multi-limit take decide alike.
+// newMultiTake makes multitake.lua's script: the prelude, as every
+// script's, then its body (newMultiScript): the redis its take bodies see
+// (multitake_redis.lua), the prelude's helpers again, now bound to that
+// redis, each take body as a local function, the table naming them, then
+// multitake.lua. Each take body stays the text of its own script, so a
+// single take and a check of a multi-limit take decide alike.
 func newMultiTake() *script {
 	var b strings.Builder
-	b.WriteString(boundsLua())
-	b.WriteString("local MAX_CHECKS = " + strconv.Itoa(MaxChecks) + "\n")
 	b.WriteString("\n-- multitake_redis.lua\n" + multiTakeRedisSrc)
 	b.WriteString("\n" + preludeSrc)
 	tab := "local BODIES = {\n"
@@ -73,9 +75,8 @@ func newMultiTake() *script {
 		tab += "  " + mb.fn + " = {fn = " + mb.fn + ", id = " + strconv.Itoa(mb.id) + ", replay = " + strconv.Itoa(mb.replay) + "},\n"
 	}
 	b.WriteString("\n" + tab + "}\n")
-	b.WriteString("\n-- multitake.lua\n" + multiTakeSrc)
-	src := b.String()
-	return &script{name: "multitake.lua", src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}
+	b.WriteString("\n-- the checks\n" + multiTakeSrc)
+	return newMultiScript("multitake.lua", b.String())
 }
 
 func multiBodyOf(s *script) (multiBody, bool) {

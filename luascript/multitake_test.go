@@ -460,3 +460,39 @@ func TestMultiGiveBackUndoesATake(t *testing.T) {
 		t.Fatalf("give back under another digest: %v, %v; want nothing but the lease", given, err)
 	}
 }
+
+// Takes of several limits in one batch script call, beside a take of one:
+// each decides as it would alone.
+func TestMultiTakeInABatch(t *testing.T) {
+	e := setup(t)
+	var calls []luascript.Call
+	var sets [][]multiCheck
+	for i := range 3 {
+		id := "b" + strconv.Itoa(i)
+		set := []multiCheck{e.fwCheck(t, "x"+strconv.Itoa(i), 2, 1, id), e.swCheck(t, "shared", 2, 1, id)}
+		mc := []luascript.MultiCheck{{Call: set[0].call}, {Call: set[1].call}}
+		call, err := luascript.MultiTakeCall(mc, id, digestOf(id, set))
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls, sets = append(calls, call), append(sets, set)
+	}
+	one, err := luascript.TakeCall(args(e.key("x0"), 2, 1, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls = append(calls, one)
+	res := luascript.ExecBatch(t.Context(), e.c, calls)
+	for i, want := range []bool{true, true, false} {
+		r, err := luascript.ParseMultiTake(res[i], 2)
+		if err != nil || r.Applied != want {
+			t.Fatalf("take %d in the batch: %+v, %v; want applied %v (the shared window holds 2)", i, r, err, want)
+		}
+	}
+	if r, err := luascript.ParseTake(res[3]); err != nil || !r.Allowed || r.Used != 2 {
+		t.Fatalf("take of one in the batch: %+v, %v", r, err)
+	}
+	if used := e.hash(e.key("x2"))["used"]; used != "" {
+		t.Fatalf("the denied take's window holds used %q", used)
+	}
+}

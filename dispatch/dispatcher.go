@@ -211,7 +211,7 @@ func (d *Dispatcher) Run(dec *Decision) {
 		return
 	}
 	if d.oneNode(dec) {
-		go d.aloneOnOneNode(dec)
+		go d.runOnOneNodeOrSteps(dec)
 		return
 	}
 	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < d.opts.RedisTimeout {

@@ -62,6 +62,10 @@ const (
 // Their outcomes are the take's Out.Checks, in the same order.
 type multi struct {
 	checks []multiCheck
+	// calls are the checks' take calls, and digest the set's, for the
+	// steps of a take whose keys are in several slots (multi_steps.go).
+	calls  []luascript.MultiCheck
+	digest string
 	// crossSlot: the checks' keys are in several Redis Cluster hash slots.
 	crossSlot bool
 }
@@ -128,6 +132,7 @@ func (d *Dispatcher) prepareMulti(req *protocol.Request, dec *Decision) (string,
 	if err != nil {
 		return d.refuse(dec, err)
 	}
+	m.calls, m.digest = calls, digest
 	dec.call, dec.key = call, m.checks[0].key
 	return dec.key, false
 }
@@ -159,14 +164,10 @@ func (dec *Decision) Keys() []string {
 	return keys
 }
 
-// errCrossSlot refuses a take whose checks are in several hash slots of a
-// Redis Cluster, which no one script can reach.
-var errCrossSlot = &protocol.Error{Code: protocol.CodeInvalid, Message: "on a Redis Cluster the keys of a take's checks " +
-	"must share a hash slot: give every check's subject the same hash tag, such as {tenant-42}"}
-
 // sendableMulti is sendable's extra condition for a take of checks: on a
-// Redis Cluster, its keys share one slot. The embedded store is one node
-// holding every slot, which runs any take whole.
+// Redis Cluster, one whose keys are in several slots is taken a slot at a
+// time, which needs a request_id. The embedded store is one node holding
+// every slot, which runs any take whole.
 func (d *Dispatcher) sendableMulti(dec *Decision) error {
 	if dec.multi == nil || !dec.multi.crossSlot || d.store.Kind() == store.StoreEmbedded {
 		return nil
@@ -175,21 +176,32 @@ func (d *Dispatcher) sendableMulti(dec *Decision) error {
 	if err != nil {
 		return err
 	}
-	if client.Mode() == rueidis.ClientModeCluster {
-		return errCrossSlot
+	if client.Mode() == rueidis.ClientModeCluster && dec.req.RequestID == "" {
+		return errStepsNeedID
 	}
 	return nil
 }
 
-// oneNode reports whether dec must be sent by itself to one node: a take
-// whose keys are in several slots, on a store whose client routes by slot
-// (the embedded one; sendableMulti refused it on a Redis Cluster).
+// oneNode reports whether dec must be sent by itself, not in a batch: a
+// take whose keys are in several slots, on a store whose client routes by
+// slot (the embedded store, or a Redis Cluster, where it goes in steps).
 func (d *Dispatcher) oneNode(dec *Decision) bool {
 	if dec.multi == nil || !dec.multi.crossSlot {
 		return false
 	}
 	client, err := d.store.Client()
 	return err == nil && client.Mode() == rueidis.ClientModeCluster
+}
+
+// runOnOneNodeOrSteps sends dec, a take whose keys are in several slots:
+// whole to the embedded store's one node, a slot at a time to a Redis
+// Cluster (multi_steps.go).
+func (d *Dispatcher) runOnOneNodeOrSteps(dec *Decision) {
+	if d.store.Kind() == store.StoreEmbedded {
+		d.aloneOnOneNode(dec)
+		return
+	}
+	d.steps(dec)
 }
 
 // aloneOnOneNode sends dec by itself with luascript's ExecOnOneNode, under
@@ -257,7 +269,7 @@ func (d *Dispatcher) checkDecision(dec *Decision, i int) Decision {
 
 // completeMulti is complete of a take of checks.
 func (d *Dispatcher) completeMulti(dec *Decision, res rueidis.RedisResult, shortened bool) {
-	m, o := dec.multi, &dec.Out
+	m := dec.multi
 	r, err := luascript.ParseMultiTake(res, len(m.checks))
 	d.observe(dec.key, err, shortened)
 	if err != nil {
@@ -265,18 +277,34 @@ func (d *Dispatcher) completeMulti(dec *Decision, res rueidis.RedisResult, short
 		d.finish(dec)
 		return
 	}
-	allowed, replay := true, true
-	for i := range m.checks {
+	all := make([]int, len(m.checks))
+	for i := range all {
+		all[i] = i
+	}
+	allowed, replay, err := d.parseChecks(dec, all, r)
+	if err != nil {
+		d.undecided(dec, err)
+		d.finish(dec)
+		return
+	}
+	d.finishMulti(dec, allowed, replay)
+}
+
+// parseChecks reads the replies r of the checks idx of dec into their
+// outcomes: whether every check that is not a shadow one accepted, and
+// every check replayed.
+func (d *Dispatcher) parseChecks(dec *Decision, idx []int, r luascript.MultiTakeResult) (allowed, replay bool, err error) {
+	m, o := dec.multi, &dec.Out
+	allowed, replay = true, true
+	for j, i := range idx {
 		c, oc := &m.checks[i], &o.Checks[i]
-		err := c.limit.Algorithm.Parse(c.req, &c.limit, r.Checks[i], oc)
+		err := c.limit.Algorithm.Parse(c.req, &c.limit, r.Checks[j], oc)
 		if oc.Healed {
 			d.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, c.limit.Policy),
 				zap.String(keyKey, c.key), zap.Int64(keyHealedTotal, d.healed.Add(1)))
 		}
 		if err != nil {
-			d.undecided(dec, checkErr(i, err))
-			d.finish(dec)
-			return
+			return false, false, checkErr(i, err)
 		}
 		if !c.limit.Shadow && !oc.Allowed {
 			allowed = false
@@ -284,17 +312,26 @@ func (d *Dispatcher) completeMulti(dec *Decision, res rueidis.RedisResult, short
 		replay = replay && oc.Replay
 	}
 	if allowed != r.Applied {
-		d.undecided(dec, malformedReply("multi take: applied "+strconv.FormatBool(r.Applied)+" but the checks' verdicts say "+strconv.FormatBool(allowed)))
-		d.finish(dec)
-		return
+		return false, false, malformedReply("multi take: applied " + strconv.FormatBool(r.Applied) +
+			" but the checks' verdicts say " + strconv.FormatBool(allowed))
 	}
+	return allowed, replay, nil
+}
+
+// finishMulti answers dec, whose checks' outcomes are parsed: the take's
+// verdict, the local denial of each check asked, what a denied take
+// consumed (nothing), and shadow mode.
+func (d *Dispatcher) finishMulti(dec *Decision, allowed, replay bool) {
+	m, o := dec.multi, &dec.Out
 	o.Allowed, o.Replay = allowed, allowed && replay
 	for i := range m.checks {
 		c, oc := &m.checks[i], &o.Checks[i]
-		one := d.checkDecision(dec, i)
-		hold, need := c.limit.Algorithm.DeniedFor(oc, c.req.Cost)
-		d.deny.record(&one, hold, need)
-		if !allowed {
+		if !oc.Skipped {
+			one := d.checkDecision(dec, i)
+			hold, need := c.limit.Algorithm.DeniedFor(oc, c.req.Cost)
+			d.deny.record(&one, hold, need)
+		}
+		if !allowed && !oc.Skipped {
 			unapplied(oc, c.req.Cost)
 			if !c.limit.Shadow && !oc.Allowed {
 				o.RetryAfterMS = max(o.RetryAfterMS, oc.RetryAfterMS)

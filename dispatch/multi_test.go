@@ -72,3 +72,25 @@ func TestUnappliedReportsTheStateAsItIs(t *testing.T) {
 		}
 	}
 }
+
+// The steps of a take whose keys are in several slots: one group per
+// slot, in the order the slots first appear.
+func TestSlotGroups(t *testing.T) {
+	t.Parallel()
+	m := &multi{checks: []multiCheck{{key: "a{x}"}, {key: "b{y}"}, {key: "c{x}"}, {key: "{z}"}, {key: "{y}d"}}}
+	got := m.slotGroups()
+	want := [][]int{{0, 2}, {1, 4}, {3}}
+	if len(got) != len(want) {
+		t.Fatalf("groups %v, want %v", got, want)
+	}
+	for i := range want {
+		if len(got[i]) != len(want[i]) {
+			t.Fatalf("groups %v, want %v", got, want)
+		}
+		for j := range want[i] {
+			if got[i][j] != want[i][j] {
+				t.Fatalf("groups %v, want %v", got, want)
+			}
+		}
+	}
+}

@@ -152,7 +152,10 @@
 //
 // A concurrency check's record is its lease, which holds no digest. On a
 // Redis Cluster the keys of one call must share a slot (KeySlot); a
-// subject's own hash tag makes them (key.go).
+// subject's own hash tag makes them (key.go). A take whose keys do not is
+// taken a slot at a time by the dispatcher, and multitake_giveback.lua
+// (MultiGiveBackCall) gives back a slot's checks, found by their records,
+// when a later slot denies.
 //
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).
 //

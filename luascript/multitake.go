@@ -20,9 +20,22 @@ var (
 	multiTakeRedisSrc string
 	//go:embed multitake.lua
 	multiTakeSrc string
+	//go:embed multitake_giveback.lua
+	multiGiveBackSrc string
 
-	multiTake = newMultiTake()
+	multiTake     = newMultiTake()
+	multiGiveBack = newMultiScript("multitake_giveback.lua", multiGiveBackSrc)
 )
+
+// newMultiScript is a script of the take of several limits: the prelude,
+// then, after the line naming it, its body, which starts with MAX_CHECKS.
+// Like every script's, its body is whole after that line, so that the
+// batch script (batch.go) can run it as a function (the give back; a take
+// of several limits goes beside a batch).
+func newMultiScript(name, body string) *script {
+	src := prelude + "\n-- " + name + "\n" + "local MAX_CHECKS = " + strconv.Itoa(MaxChecks) + "\n" + body
+	return &script{name: name, src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}
+}
 
 // multiBody is a take body as multitake.lua runs it: fn, its function's
 // name; id, the index of its request_id in its ARGV; replay, the index of
@@ -43,14 +56,14 @@ var multiBodies = []multiBody{
 	{calendarTake, calendarTakeBody, "calendar_take", 5, 3},
 }
 
-// newMultiTake makes multitake.lua's script: the bounds, the redis its
-// bodies see, the prelude, each take body as a local function, the table
-// naming them, then multitake.lua. Each body stays the text of its own
-// script, so a single take and a check of a multi-limit take decide alike.
+// newMultiTake makes multitake.lua's script: the prelude, as every
+// script's, then its body (newMultiScript): the redis its take bodies see
+// (multitake_redis.lua), the prelude's helpers again, now bound to that
+// redis, each take body as a local function, the table naming them, then
+// multitake.lua. Each take body stays the text of its own script, so a
+// single take and a check of a multi-limit take decide alike.
 func newMultiTake() *script {
 	var b strings.Builder
-	b.WriteString(boundsLua())
-	b.WriteString("local MAX_CHECKS = " + strconv.Itoa(MaxChecks) + "\n")
 	b.WriteString("\n-- multitake_redis.lua\n" + multiTakeRedisSrc)
 	b.WriteString("\n" + preludeSrc)
 	tab := "local BODIES = {\n"
@@ -63,9 +76,8 @@ func newMultiTake() *script {
 		tab += "  " + mb.fn + " = {fn = " + mb.fn + ", id = " + strconv.Itoa(mb.id) + ", replay = " + strconv.Itoa(mb.replay) + "},\n"
 	}
 	b.WriteString("\n" + tab + "}\n")
-	b.WriteString("\n-- multitake.lua\n" + multiTakeSrc)
-	src := b.String()
-	return &script{name: "multitake.lua", src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}
+	b.WriteString("\n-- the checks\n" + multiTakeSrc)
+	return newMultiScript("multitake.lua", b.String())
 }
 
 func multiBodyOf(s *script) (multiBody, bool) {
@@ -92,6 +104,42 @@ type MultiCheck struct {
 // MultiDigest of the set of checks, "" without a request id. Two checks
 // on one key are INVALID.
 func MultiTakeCall(checks []MultiCheck, requestID, digest string) (Call, error) {
+	return multiCall(multiTake, checks, requestID, digest)
+}
+
+// MultiGiveBackCall builds the call that gives back what checks, all in
+// one hash slot, consumed in an accepted step of a take of several limits
+// under requestID (required) and digest: the rollback of that step when a
+// later one denies or fails (multitake_giveback.lua). Giving back twice
+// gives back once.
+func MultiGiveBackCall(checks []MultiCheck, requestID, digest string) (Call, error) {
+	if requestID == "" {
+		return Call{}, &Error{Code: CodeInvalid, Message: "request_id is required"}
+	}
+	return multiCall(multiGiveBack, checks, requestID, digest)
+}
+
+// ParseMultiGiveBack reads which of n checks were given back.
+func ParseMultiGiveBack(res rueidis.RedisResult, n int) ([]bool, error) {
+	const op = "multi give back"
+	if err := res.Error(); err != nil {
+		return nil, replyError(op, err)
+	}
+	v, err := ints(op, res, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, n)
+	for i, x := range v {
+		if !isFlag(x) {
+			return nil, malformed(op, "reply %v", v)
+		}
+		out[i] = x == 1
+	}
+	return out, nil
+}
+
+func multiCall(s *script, checks []MultiCheck, requestID, digest string) (Call, error) {
 	if len(checks) < 1 || len(checks) > MaxChecks {
 		return Call{}, &Error{Code: CodeInvalid, Message: "a take has 1 to " + strconv.Itoa(MaxChecks) + " checks"}
 	}
@@ -123,7 +171,7 @@ func MultiTakeCall(checks []MultiCheck, requestID, digest string) (Call, error) 
 		args = append(args, c.Call.args...)
 		keys = append(keys, c.Call.keys...)
 	}
-	return Call{s: multiTake, keys: keys, args: args}, nil
+	return Call{s: s, keys: keys, args: args}, nil
 }
 
 // MultiDigest names a set of checks and their costs, whatever their

@@ -1,7 +1,11 @@
 -- One take of several limits, all or nothing. multitake.go joins, in this
--- order: the bounds, multitake_redis.lua (the redis every body below sees),
--- the prelude, each take body (fixed_window_take.lua, ...) unchanged as a
--- local function of (KEYS, ARGV) in BODIES, then this text.
+-- order: the prelude, as to every script; then, as this script's body,
+-- MAX_CHECKS, multitake_redis.lua (the redis every take body below sees),
+-- the prelude's helpers again (bound to that redis), each take body
+-- (fixed_window_take.lua, ...) unchanged as a local function of (KEYS,
+-- ARGV) in BODIES, then this text. The body is whole by itself, as every
+-- script's is (the batch script sends this one beside a batch, not in it:
+-- batch.go).
 --
 -- KEYS      every check's keys, check after check
 -- ARGV[1]   n            canonical decimal, 1..MAX_CHECKS: checks

@@ -383,3 +383,116 @@ func TestKeySlot(t *testing.T) {
 		}
 	}
 }
+
+// The give back of an accepted step leaves each check's state as before
+// the take, once: a second give back finds nothing to give.
+func TestMultiGiveBackUndoesATake(t *testing.T) {
+	e := setup(t)
+	mk := func(id string) []multiCheck {
+		return []multiCheck{
+			e.fwCheck(t, "g", 10, 2, id), e.tbCheck(t, "g", 10, 3, id), e.swCheck(t, "g", 10, 2, id),
+			e.ccCheck(t, "g", 5, id), e.calCheck(t, "g", 10, 2, id),
+		}
+	}
+	if r, err := e.multi(t, "a", mk("a")...); err != nil || !r.Applied {
+		t.Fatalf("first take %+v, %v", r, err)
+	}
+	checks := mk("b")
+	fields := map[string][]string{":fw:": {"used", "ids"}, ":tb:": {"tat", "rem", "ids"}, ":sw:": {"c", "p", "ids"}, ":cal:": {"used", "ids"}}
+	pick := func(s map[string]map[string]string) map[string]string {
+		out := map[string]string{}
+		for k, h := range s {
+			for part, fs := range fields {
+				if strings.Contains(k, part) {
+					for _, f := range fs {
+						out[k+" "+f] = h[f]
+					}
+				}
+			}
+			if strings.Contains(k, ":cc:") {
+				out[k+" lease b"] = h["l:b"]
+			}
+		}
+		return out
+	}
+	before := pick(e.state(checks))
+	if r, err := e.multi(t, "b", checks...); err != nil || !r.Applied {
+		t.Fatalf("second take %+v, %v", r, err)
+	}
+	mc := make([]luascript.MultiCheck, len(checks))
+	for i, c := range checks {
+		mc[i] = luascript.MultiCheck{Call: c.call}
+	}
+	call, err := luascript.MultiGiveBackCall(mc, "b", digestOf("b", checks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round, want := range []bool{true, false} {
+		given, err := luascript.ParseMultiGiveBack(call.Exec(t.Context(), e.c), len(checks))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range given {
+			if g != want {
+				t.Fatalf("give back %d: check %d given back %v, want %v", round+1, i+1, g, want)
+			}
+		}
+	}
+	after := pick(e.state(checks))
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("%s = %q after the give back, %q before the take", k, after[k], v)
+		}
+	}
+	for _, c := range checks {
+		if _, ok := e.hash(c.call.Key())["r:b"]; ok {
+			t.Errorf("%s still holds the record of the given back take", c.call.Key())
+		}
+	}
+	// The first take, of another id, is not given back.
+	first := mk("a")
+	mc = mc[:0]
+	for _, c := range first {
+		mc = append(mc, luascript.MultiCheck{Call: c.call})
+	}
+	call, _ = luascript.MultiGiveBackCall(mc, "a", luascript.MultiDigest([]string{"another set"}))
+	if given, err := luascript.ParseMultiGiveBack(call.Exec(t.Context(), e.c), len(first)); err != nil || given[0] || given[1] || given[2] || given[4] {
+		t.Fatalf("give back under another digest: %v, %v; want nothing but the lease", given, err)
+	}
+}
+
+// Takes of several limits in one batch script call, beside a take of one:
+// each decides as it would alone.
+func TestMultiTakeInABatch(t *testing.T) {
+	e := setup(t)
+	var calls []luascript.Call
+	var sets [][]multiCheck
+	for i := range 3 {
+		id := "b" + strconv.Itoa(i)
+		set := []multiCheck{e.fwCheck(t, "x"+strconv.Itoa(i), 2, 1, id), e.swCheck(t, "shared", 2, 1, id)}
+		mc := []luascript.MultiCheck{{Call: set[0].call}, {Call: set[1].call}}
+		call, err := luascript.MultiTakeCall(mc, id, digestOf(id, set))
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls, sets = append(calls, call), append(sets, set)
+	}
+	one, err := luascript.TakeCall(args(e.key("x0"), 2, 1, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls = append(calls, one)
+	res := luascript.ExecBatch(t.Context(), e.c, calls)
+	for i, want := range []bool{true, true, false} {
+		r, err := luascript.ParseMultiTake(res[i], 2)
+		if err != nil || r.Applied != want {
+			t.Fatalf("take %d in the batch: %+v, %v; want applied %v (the shared window holds 2)", i, r, err, want)
+		}
+	}
+	if r, err := luascript.ParseTake(res[3]); err != nil || !r.Allowed || r.Used != 2 {
+		t.Fatalf("take of one in the batch: %+v, %v", r, err)
+	}
+	if used := e.hash(e.key("x2"))["used"]; used != "" {
+		t.Fatalf("the denied take's window holds used %q", used)
+	}
+}

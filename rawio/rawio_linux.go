@@ -83,34 +83,13 @@ func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
 
 // Write writes all of p, waiting for room in the socket's buffer when it is
 // full.
-func (r *rawIO) Write(p []byte) (int, error) {
-	var n int
-	var errno syscall.Errno
-	err := r.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			m, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
-			switch e {
-			case 0:
-				n += int(m)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false
-			default:
-				errno = e
-				return true
-			}
-		}
-		return true
-	})
-	if err == nil && errno != 0 {
-		err = errno
-	}
-	return n, err
-}
+func (r *rawIO) Write(p []byte) (int, error) { return r.write(p, true) }
 
 // TryWrite writes what of p the socket's buffer has room for now, without
 // waiting: n < len(p) with a nil error when it is full.
-func (r *rawIO) TryWrite(p []byte) (int, error) {
+func (r *rawIO) TryWrite(p []byte) (int, error) { return r.write(p, false) }
+
+func (r *rawIO) write(p []byte, wait bool) (int, error) {
 	var n int
 	var errno syscall.Errno
 	err := r.rc.Write(func(fd uintptr) bool {
@@ -121,7 +100,7 @@ func (r *rawIO) TryWrite(p []byte) (int, error) {
 				n += int(m)
 			case syscall.EINTR:
 			case syscall.EAGAIN:
-				return true
+				return !wait // false: the poller waits for room
 			default:
 				errno = e
 				return true

@@ -14,7 +14,7 @@ func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
 		Usage: "load a running sidecar with takes and print decisions/s, latency and results",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			socketFlag(),
 			&cli.IntFlag{Name: "conns", Aliases: []string{"c"}, Value: 64, Usage: "client connections"},
 			&cli.IntFlag{Name: "inflight", Aliases: []string{"n"}, Value: 16, Usage: "requests each connection keeps outstanding (1: one at a time)"},
@@ -22,20 +22,13 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "subjects", Value: 10_000, Usage: "distinct subjects, chosen at random per take"},
 			&cli.StringFlag{Name: "subject-prefix", Value: "bench-", Usage: "prefix of every subject"},
 			&cli.StringFlag{Name: "policy", Aliases: []string{"p"}, Usage: "named policy from the sidecar's config (instead of --limit and --window-ms)"},
-			&cli.StringFlag{Name: "algorithm", Usage: "inline algorithm: fixed_window (default), sliding_window, calendar, token_bucket, concurrency"},
 			&cli.Int64Flag{Name: "limit", Value: 1_000_000, Usage: "inline limit (fixed, sliding and calendar windows, concurrency)"},
 			&cli.Int64Flag{Name: "window-ms", Value: 60_000, Usage: "inline window in milliseconds (fixed and sliding windows)"},
-			&cli.StringFlag{Name: "period", Usage: "inline calendar: minute, hour, day, week or month"},
-			&cli.StringFlag{Name: "time-zone", Usage: "inline calendar: IANA zone of the periods (default UTC)"},
-			&cli.Int64Flag{Name: "rate", Usage: "inline token bucket: tokens per --period-ms"},
-			&cli.Int64Flag{Name: "period-ms", Usage: "inline token bucket: period of --rate in milliseconds"},
-			&cli.Int64Flag{Name: "burst", Usage: "inline token bucket: tokens it holds (default --rate)"},
-			&cli.Int64Flag{Name: "lease-ms", Usage: "inline concurrency: a lease's life in milliseconds"},
 			&cli.BoolFlag{Name: "release", Usage: "concurrency: release every lease once its take is answered (needs --request-ids)"},
 			&cli.Int64Flag{Name: "cost", Value: 1, Usage: "units per take"},
 			&cli.BoolFlag{Name: "request-ids", Usage: "give every take a unique request_id"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line while running"},
-		},
+		}, algorithmFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return fmt.Errorf("unexpected arguments %q", c.Args().Slice())

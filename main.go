@@ -305,6 +305,20 @@ func serve(c *cli.Context) error {
 
 // requestFlags are the addressing flags shared by take, peek, release and
 // settle, and each one's own.
+// algorithmFlags are the inline limits of the algorithms other than the
+// fixed window (whose --limit and --window-ms the commands define).
+func algorithmFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "algorithm", Usage: "inline algorithm: fixed_window (default), token_bucket, concurrency, sliding_window (with --limit and --window-ms), calendar (with --limit and --period)"},
+		&cli.Int64Flag{Name: "rate", Usage: "inline token bucket: tokens per --period-ms"},
+		&cli.Int64Flag{Name: "period-ms", Usage: "inline token bucket: period of --rate in milliseconds"},
+		&cli.Int64Flag{Name: "burst", Usage: "inline token bucket: tokens it holds (default --rate)"},
+		&cli.Int64Flag{Name: "lease-ms", Usage: "inline concurrency: a lease's life in milliseconds"},
+		&cli.StringFlag{Name: "period", Usage: "inline calendar: minute, hour, day, week or month (with --limit)"},
+		&cli.StringFlag{Name: "time-zone", Usage: "inline calendar: IANA zone of the periods (default UTC)"},
+	}
+}
+
 func requestFlags(op string) []cli.Flag {
 	flags := []cli.Flag{
 		socketFlag(),
@@ -314,16 +328,12 @@ func requestFlags(op string) []cli.Flag {
 		&cli.Int64Flag{Name: "window-ms", Usage: "inline window in milliseconds (with --limit)"},
 		&cli.Int64Flag{Name: "timeout-ms", Usage: "shorten the sidecar's Redis deadline for this request"},
 		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up waiting for the sidecar after this long"},
-		&cli.StringFlag{Name: "algorithm", Usage: "inline algorithm: fixed_window (default), token_bucket, concurrency, sliding_window (with --limit and --window-ms), calendar (with --limit and --period)"},
-		&cli.Int64Flag{Name: "rate", Usage: "inline token bucket: tokens per --period-ms"},
-		&cli.Int64Flag{Name: "period-ms", Usage: "inline token bucket: period of --rate in milliseconds"},
-		&cli.Int64Flag{Name: "burst", Usage: "inline token bucket: tokens it holds (default --rate)"},
-		&cli.Int64Flag{Name: "lease-ms", Usage: "inline concurrency: a lease's life in milliseconds"},
-		&cli.StringFlag{Name: "period", Usage: "inline calendar: minute, hour, day, week or month (with --limit)"},
-		&cli.StringFlag{Name: "time-zone", Usage: "inline calendar: IANA zone of the periods (default UTC)"},
+	}
+	flags = append(flags, algorithmFlags()...)
+	flags = append(flags,
 		&cli.StringFlag{Name: "week-start", Usage: "inline calendar: first day of a week period (default monday)"},
 		&cli.Int64Flag{Name: "jitter-ms", Usage: "inline calendar: move this subject's boundaries by up to this many ms"},
-	}
+	)
 	if op == "release" {
 		flags = append(flags, &cli.StringFlag{Name: "request-id", Aliases: []string{"r"}, Usage: "the lease to free"})
 	}

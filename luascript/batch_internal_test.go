@@ -43,8 +43,17 @@ func seq(from, to int) []int {
 // that ExecBatch sends it alone.
 func TestBatchCarriesThePreludeAndBodyScripts(t *testing.T) {
 	for _, s := range scripts {
-		if _, ok := batchIndex[s]; !ok {
-			t.Errorf("%s is not in the batch", s.name)
+		// join's text: the flags line if any, the prelude, the body.
+		_, body, _ := strings.Cut(s.src, "\n-- "+s.name+"\n")
+		flags, _, _ := strings.Cut(s.src, "\n")
+		if !strings.HasPrefix(flags, "#!") {
+			flags = ""
+		} else {
+			flags += "\n"
+		}
+		_, in := batchIndex[s]
+		if joined := join(s.name, flags+body) == s.src; in != joined {
+			t.Errorf("%s: in the batch %v, the prelude then its body %v", s.name, in, joined)
 		}
 	}
 	own := &script{name: "own.lua", src: "local MINE = 1\n" + prelude + "\n-- own.lua\nreturn MINE"}

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,6 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			requestCommand("take", "take quota and print the JSON reply"),
 			requestCommand("peek", "show a window's usage without consuming"),
 			requestCommand("release", "free a concurrency lease (named by --request-id)"),
+			requestCommand("settle", "give the actual cost (--cost) of an accepted take (--request-id); 0 refunds it"),
 			pingCommand(),
 			doctorCommand(),
 			benchCommand(),
@@ -219,6 +221,14 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	defer opts.Store.Close()
+	// Listen once the first connection attempt has an outcome, so that the
+	// first requests (clients reconnecting after a restart) are not
+	// answered "not connected" while the first dial is under way. A Redis
+	// that does not answer holds the socket back by --redis-timeout at most.
+	select {
+	case <-opts.Store.Started():
+	case <-time.After(cmp.Or(c.Duration("redis-timeout"), store.DefaultRedisTimeout)):
+	}
 	l, err := sidecar.Listen(c.String("socket"), mode)
 	if err != nil {
 		return err
@@ -293,7 +303,8 @@ func serve(c *cli.Context) error {
 	}
 }
 
-// requestFlags are the addressing flags shared by take and peek.
+// requestFlags are the addressing flags shared by take, peek, release and
+// settle, and each one's own.
 func requestFlags(op string) []cli.Flag {
 	flags := []cli.Flag{
 		socketFlag(),
@@ -316,11 +327,18 @@ func requestFlags(op string) []cli.Flag {
 	if op == "release" {
 		flags = append(flags, &cli.StringFlag{Name: "request-id", Aliases: []string{"r"}, Usage: "the lease to free"})
 	}
+	if op == "settle" {
+		flags = append(flags,
+			&cli.Int64Flag{Name: "cost", Required: true, Usage: "the take's actual cost: lower gives back, higher consumes past the limit, 0 refunds"},
+			&cli.StringFlag{Name: "request-id", Aliases: []string{"r"}, Required: true, Usage: "the request id of the accepted take"},
+		)
+	}
 	if op == "take" {
 		flags = append(flags,
 			&cli.Int64Flag{Name: "cost", Value: 1, Usage: "units to take"},
 			&cli.StringFlag{Name: "request-id", Aliases: []string{"r"}, Usage: "idempotency key: a retry with the same id gets the original answer"},
 			&cli.BoolFlag{Name: "exit-code", Usage: fmt.Sprintf("exit %d when the take is denied (default: a denial exits 0)", exitDenied)},
+			checkFlag(),
 		)
 	}
 	return flags
@@ -337,6 +355,14 @@ func requestCommand(op, usage string) *cli.Command {
 		Flags:           requestFlags(op),
 		Action: func(c *cli.Context) error {
 			req := map[string]any{"op": op}
+			if op == "take" {
+				if multi, err := takeChecks(c, req); multi {
+					if err != nil {
+						return err
+					}
+					return takeCall(c, req)
+				}
+			}
 			// Flags after the subject are not parsed by urfave/cli: refuse
 			// them rather than drop a trailing --exit-code silently.
 			subject := c.String("subject")
@@ -372,16 +398,34 @@ func requestCommand(op, usage string) *cli.Command {
 			if id := c.String("request-id"); id != "" {
 				req["request_id"] = id
 			}
-			reply, err := call(c, req)
-			if err != nil {
-				return err
+			if op == "take" {
+				return takeCall(c, req)
 			}
-			if op == "take" && c.Bool("exit-code") && !reply.Allowed {
-				return cli.Exit("", exitDenied)
-			}
-			return nil
+			_, err := call(c, req)
+			return err
 		},
 	}
+}
+
+// takeCall sends a take, with its cost, request id and deadline, and
+// exits exitDenied on a denial when --exit-code asks.
+func takeCall(c *cli.Context, req map[string]any) error {
+	for _, f := range []string{"timeout-ms", "cost"} {
+		if c.IsSet(f) {
+			req[strings.ReplaceAll(f, "-", "_")] = c.Int64(f)
+		}
+	}
+	if id := c.String("request-id"); id != "" {
+		req["request_id"] = id
+	}
+	reply, err := call(c, req)
+	if err != nil {
+		return err
+	}
+	if c.Bool("exit-code") && !reply.Allowed {
+		return cli.Exit("", exitDenied)
+	}
+	return nil
 }
 
 func pingCommand() *cli.Command {

@@ -135,6 +135,11 @@ func TestBenchRejectsBadSettings(t *testing.T) {
 		{[]string{"--duration", "0s"}, "must be positive"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--policy", "api", "--limit", "5"}, "not both"},
+		{[]string{"--policy", "api", "--algorithm", "token_bucket"}, "not both"},
+		{[]string{"--algorithm", "token_bucket", "--rate", "10"}, "rate and period_ms"},
+		{[]string{"--algorithm", "calendar"}, "limit and a period"},
+		{[]string{"--algorithm", "fixed_window", "--period", "day"}, "limit and window_ms"},
+		{[]string{"--release", "--algorithm", "concurrency", "--lease-ms", "1000"}, "request ids"},
 	} {
 		args := append([]string{"bench", "--socket", "/nonexistent/q.sock", "--quiet"}, tc.args...)
 		_, stderr, code := runCLI(t, args...)

@@ -112,9 +112,13 @@ type Decision struct {
 	key    string
 	cfg    *policy.Config // the config the request was resolved under
 	call   luascript.Call
+	multi  *multi    // a take of several limits (multi.go); nil for one
 	start  time.Time // when Prepare began, for the latency metric
 	queued time.Time // when Run began: the Redis deadline counts from here
 	sent   time.Time // when the call went to Redis, for the local denial
+	// denyGen is the local denial's count of settles on the key's shard
+	// when a take ran: a denial found after a settle is not remembered.
+	denyGen uint64
 }
 
 // Prepare resolves req's limits, checks that its algorithm can do it and
@@ -126,6 +130,9 @@ func (d *Dispatcher) Prepare(req *protocol.Request, dec *Decision) (key string, 
 	d.metrics.inflight.Inc()
 	cfg := d.cfg.Load()
 	dec.cfg = cfg
+	if len(req.Checks) > 0 {
+		return d.prepareMulti(req, dec)
+	}
 	if err := d.resolve(req, cfg, &dec.limit); err != nil {
 		d.fail(&dec.Out, err)
 		d.finish(dec)
@@ -170,7 +177,7 @@ func (d *Dispatcher) resolve(req *protocol.Request, cfg *policy.Config, l *Limit
 	if !ok {
 		return &protocol.Error{Code: protocol.CodeInternal, Message: "unknown algorithm " + strconv.Quote(l.Shape.Algorithm())}
 	}
-	l.Algorithm = alg
+	l.Algorithm = forOp(req.Op, alg)
 	return nil
 }
 
@@ -180,16 +187,31 @@ func (d *Dispatcher) resolve(req *protocol.Request, cfg *policy.Config, l *Limit
 func (d *Dispatcher) Run(dec *Decision) {
 	dec.queued = time.Now()
 	req := dec.req
-	if req.Op == protocol.OpTake && req.RequestID == "" && d.deny.check(dec, dec.queued) {
+	switch req.Op {
+	case protocol.OpSettle:
+		d.deny.forget(dec.key)
+	case protocol.OpTake:
+		dec.denyGen = d.deny.generation(dec.key)
+		if dec.multi != nil {
+			for i := range dec.multi.checks {
+				c := &dec.multi.checks[i]
+				c.denyGen = d.deny.generation(c.key)
+			}
+		}
+	}
+	if req.Op == protocol.OpTake && req.RequestID == "" && d.localDenied(dec) {
 		// Known to be denied: this answer holds while Redis is down too.
 		d.metrics.localDenials.Inc()
-		dec.Out.applyShadow(dec.limit.Shadow)
 		d.finish(dec)
 		return
 	}
 	if err := d.sendable(dec); err != nil {
 		d.undecided(dec, err)
 		d.finish(dec)
+		return
+	}
+	if d.oneNode(dec) {
+		go d.aloneOnOneNode(dec)
 		return
 	}
 	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < d.opts.RedisTimeout {
@@ -205,6 +227,9 @@ func (d *Dispatcher) Run(dec *Decision) {
 // Redis) is closed.
 func (d *Dispatcher) sendable(dec *Decision) error {
 	if _, err := d.store.Client(); err != nil {
+		return err
+	}
+	if err := d.sendableMulti(dec); err != nil {
 		return err
 	}
 	return d.store.Check(dec.key)
@@ -227,6 +252,10 @@ func (d *Dispatcher) alone(dec *Decision, timeout time.Duration) {
 
 // complete answers dec from its call's result.
 func (d *Dispatcher) complete(dec *Decision, res rueidis.RedisResult, shortened bool) {
+	if dec.multi != nil {
+		d.completeMulti(dec, res, shortened)
+		return
+	}
 	l, o := &dec.limit, &dec.Out
 	err := l.Algorithm.Parse(dec.req, l, res, o)
 	d.observe(dec.key, err, shortened)
@@ -249,6 +278,10 @@ func (d *Dispatcher) complete(dec *Decision, res rueidis.RedisResult, shortened 
 
 // finish counts a decided request and hands it back.
 func (d *Dispatcher) finish(dec *Decision) {
+	if dec.Out.Op == protocol.OpSettle && dec.key != "" {
+		// Applied or maybe applied: what a denial said may no longer hold.
+		d.deny.forget(dec.key)
+	}
 	d.metrics.observe(dec)
 	dec.Done()
 }

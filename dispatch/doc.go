@@ -1,4 +1,4 @@
-// Package dispatch decides takes, peeks and releases: it resolves a
+// Package dispatch decides takes, peeks, releases and settles: it resolves a
 // request's limits (a named policy from the config, or the request's
 // inline limits), hands the decision to the request's algorithm, sends the
 // algorithm's script call to Redis in a batch shared by every connection,
@@ -19,6 +19,9 @@
 //     luascript (see that package's doc).
 //  2. One Go file here implementing Algorithm: Name, Key, Call, Parse and
 //     DeniedFor (return 0 when a denial says nothing about the next take).
+//     To settle its takes, a settleCall and a settleParse method (the
+//     settler interface, settle.go); without them a settle of it is
+//     INVALID.
 //  3. One line in the algorithms registry (algorithm.go).
 //  4. Its inline fields in protocol (algorithm.go: InlineShape and the
 //     fields it accepts) and its policy fields in package policy
@@ -36,5 +39,7 @@
 //
 // Batching, deadlines, the breaker, the local denial, shadow mode,
 // on_unavailable, the metrics and the decision log then work for it
-// through the interface.
+// through the interface, and so does a take of several limits
+// (multi.go), whose checks may be of any algorithm whose take script is
+// in luascript's multiBodies.
 package dispatch

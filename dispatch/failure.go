@@ -36,7 +36,7 @@ func malformedReply(msg string) error {
 // leaves the outcome of a take unknown, and the message says so.
 func (d *Dispatcher) fail(o *Outcome, err error) {
 	unknown := ""
-	if o.Op == protocol.OpTake {
+	if o.Op == protocol.OpTake || o.Op == protocol.OpSettle {
 		unknown = ": the outcome is unknown; retry with the same request_id"
 	}
 	if pe, ok := errors.AsType[*protocol.Error](err); ok {
@@ -101,6 +101,10 @@ func (d *Dispatcher) fail(o *Outcome, err error) {
 // timeout, a refusal), into a take marked degraded. The config in force
 // when the request was resolved decides the policy's mode.
 func (d *Dispatcher) undecided(dec *Decision, err error) {
+	if dec.multi != nil {
+		d.undecidedMulti(dec, err)
+		return
+	}
 	o := &dec.Out
 	d.fail(o, err)
 	l := &dec.limit

@@ -27,8 +27,13 @@ const DefaultLocalDenyEntries = 65_536
 // counted from before the call that found the denial, so it never outlives
 // what Redis said.
 //
+// A settle (settle.go) may give back what a denial found taken, so it
+// drops the denial of its key, and a take that ran before it on the same
+// shard is not remembered as denied.
+//
 // What it cannot see is a key deleted behind quotad's back (an operator's
-// DEL or FLUSHALL): such a subject stays denied here until the entry ends.
+// DEL or FLUSHALL), or a settle made through another sidecar: such a
+// subject stays denied here until the entry ends.
 type localDeny struct {
 	seed   maphash.Seed
 	shards [16]denyShard
@@ -38,6 +43,9 @@ type localDeny struct {
 type denyShard struct {
 	mu sync.Mutex
 	m  map[string]denyEntry
+	// settles counts the settles on the shard's keys: a take that ran
+	// before one is not remembered as denied (record).
+	settles uint64
 }
 
 type denyEntry struct {
@@ -111,6 +119,11 @@ func (d *localDeny) record(dec *Decision, hold time.Duration, need int64) {
 		delete(sh.m, dec.key)
 		return
 	}
+	if sh.settles != dec.denyGen {
+		// A settle on the shard ran meanwhile and may have freed what
+		// this denial found taken.
+		return
+	}
 	if _, ok := sh.m[dec.key]; !ok && len(sh.m) >= d.max {
 		sh.evict(time.Now(), d.max)
 	}
@@ -118,6 +131,26 @@ func (d *localDeny) record(dec *Decision, hold time.Duration, need int64) {
 		cfg: dec.cfg, shape: dec.limit.Shape, need: need, used: o.Used,
 		reset: dec.sent.Add(time.Duration(o.ResetMS) * time.Millisecond), until: dec.sent.Add(hold),
 	}
+}
+
+// forget drops the denial of key: a settle may free what it found taken,
+// so a take it made possible is never denied from memory. Takes of the
+// shard that ran before it are not remembered as denied either.
+func (d *localDeny) forget(key string) {
+	sh := d.shard(key)
+	sh.mu.Lock()
+	delete(sh.m, key)
+	sh.settles++
+	sh.mu.Unlock()
+}
+
+// generation is the count of settles on key's shard, taken when a take
+// runs, for record.
+func (d *localDeny) generation(key string) uint64 {
+	sh := d.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.settles
 }
 
 // evict makes room: ended entries first, else an arbitrary quarter, so

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,12 @@ type metrics struct {
 	inflight      prometheus.Gauge
 	logDropped    prometheus.Counter
 
+	// The children of the vectors above that decisions count in, by label
+	// values.
+	decisionsOf series[[3]string, prometheus.Counter]
+	requestsOf  series[[2]string, prometheus.Counter]
+	durationOf  series[string, prometheus.Observer]
+
 	// decisionLog is nil when decisions are not logged; logAll logs allowed
 	// takes and errors too, not only denials.
 	decisionLog *zap.Logger
@@ -87,7 +94,7 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 	}, []string{"policy", "algorithm", "result"})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quotad_requests_total",
-		Help: "Requests by op and result: a take's as in quotad_decisions_total, ok for a peek or ping, released or not_held for a release, or the error code.",
+		Help: "Requests by op and result: a take's as in quotad_decisions_total, ok for a peek or ping, released or not_held for a release, settled, replay or not_settled for a settle, or the error code.",
 	}, []string{"op", "result"})
 	m.localDenials = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "quotad_local_denials_total",
@@ -120,6 +127,9 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 		Name: "quotad_decision_log_dropped_total",
 		Help: "Decision log lines the sampler dropped.",
 	})
+	m.decisionsOf.of = func(l [3]string) prometheus.Counter { return m.decisions.WithLabelValues(l[0], l[1], l[2]) }
+	m.requestsOf.of = func(l [2]string) prometheus.Counter { return m.requests.WithLabelValues(l[0], l[1]) }
+	m.durationOf.of = func(op string) prometheus.Observer { return m.duration.WithLabelValues(op) }
 	if opts.Registry != nil {
 		opts.Registry.MustRegister(m.decisions, m.requests, m.localDenials, m.duration, m.redisDuration, m.batchSize,
 			m.redisErrors, m.inflight, m.logDropped,
@@ -146,6 +156,24 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 	return m
 }
 
+// series memoizes the children of a metric vector by their label values:
+// WithLabelValues checks and hashes the values on every call, which at a
+// decision every few microseconds shows in a profile. The label values are
+// bounded (ops, results, algorithms, configured policies), and so is the
+// map.
+type series[K comparable, M any] struct {
+	m  sync.Map // K to M
+	of func(K) M
+}
+
+func (s *series[K, M]) get(k K) M {
+	if v, ok := s.m.Load(k); ok {
+		return v.(M)
+	}
+	v, _ := s.m.LoadOrStore(k, s.of(k))
+	return v.(M)
+}
+
 // observe records a finished decision: its latency, its result, and for a
 // take its decision log line.
 func (m *metrics) observe(dec *Decision) {
@@ -154,9 +182,13 @@ func (m *metrics) observe(dec *Decision) {
 	o := &dec.Out
 	op := o.Op.String()
 	result := o.Result()
-	m.duration.WithLabelValues(op).Observe(elapsed.Seconds())
-	m.requests.WithLabelValues(op, result).Inc()
+	m.durationOf.get(op).Observe(elapsed.Seconds())
+	m.requestsOf.get([2]string{op, result}).Inc()
 	if o.Op != protocol.OpTake {
+		return
+	}
+	if dec.multi != nil {
+		m.observeChecks(dec, elapsed)
 		return
 	}
 	// Only configured policy names become label values: a client naming
@@ -167,7 +199,7 @@ func (m *metrics) observe(dec *Decision) {
 			policy = p
 		}
 	}
-	m.decisions.WithLabelValues(policy, o.Algorithm, result).Inc()
+	m.decisionsOf.get([3]string{policy, o.Algorithm, result}).Inc()
 	if m.decisionLog == nil || !m.logAll && !o.Denied() {
 		return
 	}
@@ -197,13 +229,13 @@ func (m *metrics) observe(dec *Decision) {
 // dispatcher saw it: a line that does not decode, one too long, one that
 // came while draining.
 func (d *Dispatcher) ObserveRefused(op protocol.Op, code protocol.Code) {
-	d.metrics.requests.WithLabelValues(op.String(), string(code)).Inc()
+	d.metrics.requestsOf.get([2]string{op.String(), string(code)}).Inc()
 }
 
 // ObservePing counts a ping answered by the server, which started at start.
 func (d *Dispatcher) ObservePing(start time.Time) {
-	d.metrics.duration.WithLabelValues(protocol.OpPing.String()).Observe(time.Since(start).Seconds())
-	d.metrics.requests.WithLabelValues(protocol.OpPing.String(), ResultOK).Inc()
+	d.metrics.durationOf.get(protocol.OpPing.String()).Observe(time.Since(start).Seconds())
+	d.metrics.requestsOf.get([2]string{protocol.OpPing.String(), ResultOK}).Inc()
 }
 
 // instrument wraps the store's client so that every Redis command a

@@ -21,7 +21,9 @@ type Outcome struct {
 	// The decision.
 	Allowed      bool
 	Replay       bool
-	Released     bool // a release freed a held lease
+	Released     bool  // a release freed a held lease
+	Settled      bool  // a settle found its take (settle.go)
+	Reserved     int64 // what a settled take had reserved
 	Limit        int64
 	Used         int64
 	Remaining    int64
@@ -48,6 +50,13 @@ type Outcome struct {
 	// resolved.
 	Headers bool
 	Shape   limits.Shape
+
+	// Checks are the outcomes of a take of several limits, one per check
+	// in the request's order (multi.go); nil for a decision of one.
+	// Skipped: a check of such a take that was not asked, since another
+	// check's local denial answered the take.
+	Checks  []Outcome
+	Skipped bool
 }
 
 // Failed reports whether the request ended in an error reply.
@@ -86,6 +95,14 @@ func (o *Outcome) AppendReply(dst, id []byte) []byte {
 		return protocol.AppendRelease(dst, id, protocol.ReleaseReply{
 			Released: o.Released, Limit: o.Limit, Used: o.Used, Remaining: o.Remaining,
 		})
+	case protocol.OpSettle:
+		return protocol.AppendSettle(dst, id, protocol.SettleReply{
+			Settled: o.Settled, Replay: o.Replay, Reserved: o.Reserved, Limit: o.Limit, Used: o.Used,
+			Remaining: o.Remaining, ResetMS: o.ResetMS, RetryAfterMS: o.RetryAfterMS, Headers: o.headerFields(),
+		})
+	}
+	if o.Checks != nil {
+		return o.appendMulti(dst, id)
 	}
 	return protocol.AppendTake(dst, id, protocol.TakeReply{
 		Allowed: o.Allowed, Replay: o.Replay, Limit: o.Limit, Used: o.Used, Remaining: o.Remaining,
@@ -120,6 +137,10 @@ func (o *Outcome) Result() string {
 		return ResultReleased
 	case o.Op == protocol.OpRelease:
 		return ResultNotHeld
+	case o.Op == protocol.OpSettle && !o.Settled:
+		return ResultNotSettled
+	case o.Op == protocol.OpSettle && !o.Replay:
+		return ResultSettled
 	case o.Replay:
 		return ResultReplay
 	case o.Degraded:

@@ -99,10 +99,11 @@ func parseKey(rest string) (pk PolicyKeys) {
 	switch {
 	case !ok:
 		pk.Other = true
-	case strings.HasPrefix(tag, "{i:"):
+	case strings.HasPrefix(tag, "{i:"), strings.HasPrefix(tag, "i:"):
+		// The second form: a subject with its own hash tag (luascript/key.go).
 		pk.Inline = true
-	case strings.HasPrefix(tag, "{p:"):
-		name, _, found := strings.Cut(tag[len("{p:"):], ":")
+	case strings.HasPrefix(tag, "{p:"), strings.HasPrefix(tag, "p:"):
+		name, _, found := strings.Cut(strings.TrimPrefix(tag, "{")[len("p:"):], ":")
 		if found && name != "" {
 			pk.Policy = name
 		} else {

@@ -164,6 +164,8 @@ func TestParseKey(t *testing.T) {
 		"cc:{p:jobs.v2:worker}": {Algorithm: "concurrency", Policy: "jobs.v2"},
 		"zz:{p:api:x}":          {Algorithm: "unknown", Policy: "api"},
 		"fw:alice":              {Algorithm: "fixed_window", Other: true},
+		"fw:p:api:{t-42}:alice": {Algorithm: "fixed_window", Policy: "api"},
+		"tb:i:{t-42}":           {Algorithm: "token_bucket", Inline: true},
 		"stray":                 {Algorithm: "unknown", Other: true},
 	} {
 		if got := parseKey(rest); got != want {

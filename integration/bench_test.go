@@ -47,6 +47,32 @@ func TestBenchCommandDrivesARealSidecar(t *testing.T) {
 	}
 }
 
+// The other algorithms' inline limits come from their own flags: a token
+// bucket of burst 4 on one subject accepts its burst, and concurrency
+// leases released after each take never run out.
+func TestBenchCommandDrivesEveryAlgorithm(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t)
+	sc := startSidecar(t, r.URL())
+	failed := regexp.MustCompile(`\berror [1-9]`)
+	for _, tc := range []struct {
+		args []string
+		want *regexp.Regexp
+	}{
+		{[]string{"--algorithm", "token_bucket", "--rate", "1", "--period-ms", "3600000", "--burst", "4"}, regexp.MustCompile(`\ballowed 4\b`)},
+		{[]string{"--algorithm", "concurrency", "--limit", "2", "--lease-ms", "60000", "--request-ids", "--release"}, regexp.MustCompile(`\bdenied 0\b`)},
+		{[]string{"--algorithm", "sliding_window", "--limit", "3"}, regexp.MustCompile(`\ballowed 3\b`)},
+		{[]string{"--algorithm", "calendar", "--limit", "2", "--period", "day", "--time-zone", "Asia/Shanghai"}, regexp.MustCompile(`\ballowed 2\b`)},
+	} {
+		args := append([]string{"bench", "--duration", "200ms", "--conns", "1", "--inflight", "1", "--subjects", "1",
+			"--subject-prefix", "a-" + tc.args[1] + "-"}, tc.args...)
+		stdout, stderr, code := sc.cli(t, args[0], args[1:]...)
+		if code != 0 || !tc.want.MatchString(stdout) || failed.MatchString(stdout) {
+			t.Errorf("bench %v: exit %d, want %v\nstdout: %s\nstderr: %s", tc.args, code, tc.want, stdout, stderr)
+		}
+	}
+}
+
 func TestBenchCommandNeedsASidecar(t *testing.T) {
 	t.Parallel()
 	_, stderr, code := cli(t, "bench", "--socket", socketPath(t), "--duration", "100ms")

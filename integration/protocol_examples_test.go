@@ -205,10 +205,41 @@ func compareReply(t *testing.T, want string, got reply) []string {
 			}
 		case "headers":
 			diffs = append(diffs, compareHeaders(e, a)...)
+		case "checks":
+			diffs = append(diffs, compareChecks(t, want, got.raw)...)
 		default:
 			if !reflect.DeepEqual(e, a) {
 				diffs = append(diffs, fmt.Sprintf("%s %v, want %v", k, a, e))
 			}
+		}
+	}
+	return diffs
+}
+
+// compareChecks compares the checks of a take of several limits, each as
+// compareReply compares a reply.
+func compareChecks(t *testing.T, want, got string) []string {
+	t.Helper()
+	var w, g struct {
+		Checks []json.RawMessage `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("the example's checks: %v", err)
+	}
+	if err := json.Unmarshal([]byte(got), &g); err != nil || len(g.Checks) != len(w.Checks) {
+		return []string{fmt.Sprintf("checks %s, want %d (%v)", got, len(w.Checks), err)}
+	}
+	var diffs []string
+	for i := range w.Checks {
+		// A check has no "ok": compared as the reply it would be with one.
+		withOK := func(raw json.RawMessage) string { return `{"ok":true,` + string(raw[1:]) }
+		gr, err := parseReply(withOK(g.Checks[i]))
+		if err != nil {
+			diffs = append(diffs, fmt.Sprintf("check %d: %v", i+1, err))
+			continue
+		}
+		for _, d := range compareReply(t, withOK(w.Checks[i]), gr) {
+			diffs = append(diffs, fmt.Sprintf("check %d: %s", i+1, d))
 		}
 	}
 	return diffs

@@ -149,6 +149,12 @@ func TestACLUserFromREADME(t *testing.T) {
 		`{"op":"take","subject":"dave","algorithm":"concurrency","limit":2,"lease_ms":30000,"request_id":"l-1"}`,
 		`{"op":"peek","subject":"dave","algorithm":"concurrency","limit":2,"lease_ms":30000}`,
 		`{"op":"release","subject":"dave","algorithm":"concurrency","limit":2,"lease_ms":30000,"request_id":"l-1"}`,
+		`{"op":"settle","subject":"alice","limit":1,"window_ms":60000,"request_id":"a-1","cost":0}`,
+		`{"op":"settle","subject":"carol","algorithm":"token_bucket","rate":5,"period_ms":1000,"request_id":"t-1","cost":0}`,
+		`{"op":"take","subject":"erin","algorithm":"sliding_window","limit":5,"window_ms":60000,"request_id":"s-1"}`,
+		`{"op":"settle","subject":"erin","algorithm":"sliding_window","limit":5,"window_ms":60000,"request_id":"s-1","cost":2}`,
+		`{"op":"take","subject":"fay","algorithm":"calendar","limit":5,"period":"day","request_id":"c-1"}`,
+		`{"op":"settle","subject":"fay","algorithm":"calendar","limit":5,"period":"day","request_id":"c-1","cost":2}`,
 	} {
 		if got := c.do(line); !got.ok() {
 			t.Errorf("%s as the ACL user: %v", line, got)

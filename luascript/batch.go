@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -23,7 +24,14 @@ var batchDriver string
 
 // batchScript decides several calls, of any of scripts, in one script call
 // (batch.lua); batchIndex is each script's body index in it.
-var batchScript, batchIndex = newBatch(scripts)
+var batchScript, batchIndex = newBatch(batchable(scripts))
+
+// batchable are the scripts a batch call runs: all but the take of several
+// limits, which is itself the take bodies joined (multitake.go) and goes
+// as a call of its own.
+func batchable(ss []*script) []*script {
+	return slices.DeleteFunc(slices.Clone(ss), func(s *script) bool { return s == multiTake })
+}
 
 // batchBody is a script's body as a function of KEYS and ARGV: the body
 // file's top-level text, its flags line left out, so that each body stays

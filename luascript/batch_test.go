@@ -134,6 +134,11 @@ var durations = map[string][]int{
 	"sliding_window_peek.lua": {1},
 	"calendar_take.lua":       {3},
 	"calendar_peek.lua":       {2},
+	// A settle's reset_ms and retry_after_ms.
+	"fixed_window_settle.lua":   {4, 5},
+	"sliding_window_settle.lua": {4, 5},
+	"calendar_settle.lua":       {4, 5},
+	"token_bucket_settle.lua":   {4, 5},
 }
 
 // sameReply fails unless two replies of script are the same: the same
@@ -193,10 +198,20 @@ func TestBatchAnswersAsEachCallAlone(t *testing.T) {
 	lone.prefix = e.prefix
 	calls, keys := mixedBatch(t, e, lone)
 	e.mustDo("SCRIPT", "LOAD", luascript.BatchText())
+	if err := luascript.Load(t.Context(), e.c); err != nil {
+		t.Fatal(err)
+	}
 	e.mustDo("CONFIG", "RESETSTAT")
 	answersAsAlone(t, e, lone, calls, keys)
-	if n := scriptCalls(t, e); n != 1 {
-		t.Errorf("%d script calls for one batch, want 1", n)
+	// A take of several limits is its own call, beside the batch's.
+	want := int64(1)
+	for _, c := range calls {
+		if luascript.CallScript(c) == "multitake.lua" {
+			want++
+		}
+	}
+	if n := scriptCalls(t, e); n != want {
+		t.Errorf("%d script calls for one batch, want %d", n, want)
 	}
 }
 
@@ -244,6 +259,11 @@ func mixedBatch(t *testing.T, e *env, seed ...*env) ([]luascript.Call, []string)
 	month := limits.CalendarWindow{Limit: 3, Period: limits.PeriodMonth, TimeZone: "UTC", WeekStart: time.Monday}
 	cal := e.cal(month, "cal", time.Now(), 2, "k")
 	calPeek := luascript.CalendarPeekArgs{Key: cal.Key, Spec: cal.Spec, Limit: cal.Limit, Periods: cal.Periods}
+	// One hash tag: a take of several limits is one slot's call on a Cluster.
+	mfw, mtbKey := e.key("{m}fw"), e.tbKey("{m}tb")
+	mtb := func(cost int64, id string) luascript.TokenBucketArgs {
+		return luascript.TokenBucketArgs{Key: mtbKey, TokenBucket: hourly, Cost: cost, DedupeMS: 600_000, MaxRequestIDs: 10, RequestID: id}
+	}
 	full := args(fw, 3, 1, "c")
 	full.MaxRequestIDs = 1
 	strict := args(fw, 4, 1, "")
@@ -293,8 +313,38 @@ func mixedBatch(t *testing.T, e *env, seed ...*env) ([]luascript.Call, []string)
 		m(luascript.CalendarPeekCall(calPeek)),
 		raw(t, "calendar_peek.lua", luascript.CallKeys(m(luascript.CalendarPeekCall(calPeek))), append([]string{"3", "2", cal.Spec}, luascript.CallArgs(m(luascript.CalendarPeekCall(calPeek)))[3:]...)...),
 		m(luascript.CalendarTakeCall(cal)),
+
+		// Settles of the takes above: applied, replayed, conflicting, of a
+		// request id never taken.
+		m(luascript.FixedWindowSettleCall(luascript.WindowSettleArgs{Key: fw, Limit: 3, WindowMS: minute, Cost: 1, RequestID: "a"})),
+		m(luascript.FixedWindowSettleCall(luascript.WindowSettleArgs{Key: fw, Limit: 3, WindowMS: minute, Cost: 1, RequestID: "a"})),
+		m(luascript.FixedWindowSettleCall(luascript.WindowSettleArgs{Key: fw, Limit: 3, WindowMS: minute, Cost: 0, RequestID: "a"})),
+		m(luascript.FixedWindowSettleCall(luascript.WindowSettleArgs{Key: fw, Limit: 3, WindowMS: minute, Cost: 1, RequestID: "never"})),
+		m(luascript.SlidingWindowSettleCall(luascript.WindowSettleArgs{Key: swKey, Limit: 3, WindowMS: limits.MaxWindowMS, Cost: 1, RequestID: "s"})),
+
+		// Takes of several limits: accepted, replayed, denied by one check.
+		multi(t, "m1", []luascript.Call{m(luascript.TakeCall(args(mfw, 2, 1, "m1"))), m(luascript.TokenBucketTakeCall(mtb(1, "m1")))}),
+		multi(t, "m1", []luascript.Call{m(luascript.TakeCall(args(mfw, 2, 1, "m1"))), m(luascript.TokenBucketTakeCall(mtb(1, "m1")))}),
+		multi(t, "m2", []luascript.Call{m(luascript.TakeCall(args(mfw, 2, 1, "m2"))), m(luascript.TokenBucketTakeCall(mtb(2, "m2")))}),
 	}
-	return calls, []string{fw, nottl, tbKey, ccKey, swKey}
+	return calls, []string{fw, nottl, tbKey, ccKey, swKey, mfw, mtbKey}
+}
+
+// multi is the call of a take of several limits, the checks' calls built
+// with the take's request id.
+func multi(t *testing.T, id string, checks []luascript.Call) luascript.Call {
+	t.Helper()
+	mc := make([]luascript.MultiCheck, len(checks))
+	parts := make([]string, len(checks))
+	for i, c := range checks {
+		mc[i] = luascript.MultiCheck{Call: c}
+		parts[i] = c.Key()
+	}
+	call, err := luascript.MultiTakeCall(mc, id, luascript.MultiDigest(parts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return call
 }
 
 // answersAsAlone sends calls to e's Redis in one ExecBatch and one at a

@@ -102,6 +102,58 @@
 // is written. The key expires a second after its period ends,
 // and a key found without a TTL gets that again.
 //
+// # Settlements
+//
+// A settle names an accepted take by its key and request id and gives its
+// actual cost (0..MAX_LIMIT): the state moves by the cost minus the cost
+// the take's record holds, and a field of its own records the
+// settlement; the take's record is never rewritten. Records may carry
+// more ':'-separated fields after the ones listed above, which every
+// script reads past and keeps.
+//
+//	s:<id>        fixed and calendar windows: "<cost settled>"
+//	s:<id>        sliding window, token bucket: "<cost settled>:<expiry of
+//	              the record it settles, ms>", so that one left by an
+//	              earlier take of the same id is told apart
+//	sh, st        sliding window, token bucket: head and tail of the queue
+//	              of settlements, in order of settling
+//	sq:<n>        "<id>:<expiry ms>", one per settlement
+//
+// A fixed or calendar window's used, or the sliding window's count of the
+// period the take counted in (its record's expiry - 2 * window_ms), moves
+// within 0..MAX_LIMIT; a bucket's TAT moves by the span of the difference,
+// never below now (a full bucket) and never more than MAX_WINDOW_MS past
+// now. A settle is never limited, never creates a key and never moves a
+// window's end; a bucket's TTL only grows, to its new full time. Every
+// sliding window and bucket settle forgets up to three settlements past
+// their expiry, as takes forget records. A take the state no longer holds
+// (the window ended, it slid out, the bucket's horizon passed) or never
+// held is the no-op answer, settled 0.
+//
+// # Several limits in one take
+//
+// multitake.lua takes the checks of one take all or nothing: its script is
+// the prelude and every take body above, each unchanged as a local
+// function, run twice (multitake.go joins them at init). The first pass
+// runs each check's body against a redis whose writes go nowhere
+// (multitake_redis.lua); when every check that is not a shadow one
+// accepts, the second runs them again, for real. Both read one TIME, and
+// no two checks share a key, so the second pass decides as the first; the
+// script's header argues it per algorithm, and why a full Redis
+// (maxmemory) leaves nothing half-written. Each check's record r:<id> gets
+// two more fields, "m<digest>" of the take's set of checks (MultiDigest)
+// and a copy of its last field, so that a retry with another set or cost
+// is CONFLICT while a single take's readers still read the leading fields
+// and the last one:
+//
+//	fixed window, calendar   "<cost>:<used>:m<digest>:<used>"
+//	token bucket             "<cost>:<remaining>:<expiry ms>:m<digest>:<expiry ms>"
+//	sliding window           "<cost>:<used>:<expiry ms>:m<digest>:<expiry ms>"
+//
+// A concurrency check's record is its lease, which holds no digest. On a
+// Redis Cluster the keys of one call must share a slot (KeySlot); a
+// subject's own hash tag makes them (key.go).
+//
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).
 //
 // # Calls
@@ -115,6 +167,11 @@
 //	concurrency    ConcurrencyTakeCall / ParseConcurrencyTake,
 //	               ConcurrencyPeekCall / ParseConcurrencyPeek,
 //	               ConcurrencyReleaseCall / ParseConcurrencyRelease
+//	settles        FixedWindowSettleCall, SlidingWindowSettleCall,
+//	               CalendarSettleCall, TokenBucketSettleCall, each with
+//	               its Parse...Settle (settle.go)
+//	several limits MultiTakeCall (of the takes' calls) / ParseMultiTake,
+//	               whose Checks each take's parser reads
 //
 // Call.Exec sends one call; ExecMulti sends calls of any mix of scripts in
 // one round trip, each its own script call, and returns their results in
@@ -171,7 +228,12 @@
 //     sends (else CodeMalformedReply). Keep a one-shot function as
 //     builder, Exec and parser, if callers need one.
 //  4. Add it to scripts in load.go, so Load and Sources (readiness, the
-//     ACL test) know it, and the batch script carries it.
+//     ACL test) know it, and the batch script carries it. A take script
+//     also goes into multiBodies (multitake.go), with the place of its
+//     request_id argument and of its reply's replay flag, so a take of
+//     several limits can run it; its reads must not depend on its own
+//     writes, and its reply must end with its healed flag (see
+//     multitake.lua).
 //  5. Test it against redis-server (redistest): its decisions; every
 //     refusal in nowrite_test.go (the key is the same before and after);
 //     its arguments EVALed directly, past Go's validation; the embedded

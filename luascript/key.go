@@ -1,5 +1,7 @@
 package luascript
 
+import "strings"
+
 // Key layout
 //
 //	<prefix>fw:{p:<policy>:<subject>}   window of a named policy
@@ -16,15 +18,25 @@ package luascript
 // bytes the subject holds. The braces make a Redis Cluster hash tag, so all
 // keys of one decision hash to one slot; a subject holding '}' only ends the
 // tag early, and it still ends at the same byte for every key of the decision.
+//
+// A subject may name its own hash tag: one holding a "{" with a "}" after
+// it and something between, such as "{tenant-42}:user-7", has keys without
+// the braces around the marker,
+//
+//	<prefix>fw:p:<policy>:{tenant-42}:user-7
+//	<prefix>fw:i:{tenant-42}:user-7
+//
+// so that its tag is the key's: every key of every subject holding
+// {tenant-42}, of any policy and algorithm, is in one slot, and a take of
+// several limits on them is one script on a Redis Cluster. The two forms
+// never share a key: after the algorithm's colon one has "{", the other
+// "p:" or "i:".
 
 // FixedWindowKey is the key of the window that (policy, subject) counts
 // against; policy "" means an inline limit. policy must already be a valid
 // policy name.
 func FixedWindowKey(prefix, policy, subject string) string {
-	if policy == "" {
-		return prefix + "fw:{i:" + subject + "}"
-	}
-	return prefix + "fw:{p:" + policy + ":" + subject + "}"
+	return layoutKey(prefix, "fw", policy, subject)
 }
 
 // TokenBucketKey is the key of the token bucket that (policy, subject) takes
@@ -32,29 +44,20 @@ func FixedWindowKey(prefix, policy, subject string) string {
 // policy whose algorithm changes starts on fresh keys and never reads
 // another algorithm's state.
 func TokenBucketKey(prefix, policy, subject string) string {
-	if policy == "" {
-		return prefix + "tb:{i:" + subject + "}"
-	}
-	return prefix + "tb:{p:" + policy + ":" + subject + "}"
+	return layoutKey(prefix, "tb", policy, subject)
 }
 
 // ConcurrencyKey is the key of the lease set of (policy, subject), laid out
 // as FixedWindowKey.
 func ConcurrencyKey(prefix, policy, subject string) string {
-	if policy == "" {
-		return prefix + "cc:{i:" + subject + "}"
-	}
-	return prefix + "cc:{p:" + policy + ":" + subject + "}"
+	return layoutKey(prefix, "cc", policy, subject)
 }
 
 // CalendarKey is the part of the calendar windows' keys of (policy,
 // subject) that every period shares, laid out as FixedWindowKey; each
 // period's window is CalendarPeriodKey of it.
 func CalendarKey(prefix, policy, subject string) string {
-	if policy == "" {
-		return prefix + "cal:{i:" + subject + "}"
-	}
-	return prefix + "cal:{p:" + policy + ":" + subject + "}"
+	return layoutKey(prefix, "cal", policy, subject)
 }
 
 // Layout is how one algorithm's keys look in Redis, for tools that read
@@ -98,4 +101,24 @@ func LayoutOf(tag string) (Layout, bool) {
 		}
 	}
 	return Layout{}, false
+}
+
+// layoutKey is the key of (policy, subject) under the algorithm's tag alg,
+// as the layout above says.
+func layoutKey(prefix, alg, policy, subject string) string {
+	marker := "i:"
+	if policy != "" {
+		marker = "p:" + policy + ":"
+	}
+	if HasHashTag(subject) {
+		return prefix + alg + ":" + marker + subject
+	}
+	return prefix + alg + ":{" + marker + subject + "}"
+}
+
+// HasHashTag reports whether s holds a Redis Cluster hash tag: a "{"
+// followed, later, by a "}", with something between the first of them.
+func HasHashTag(s string) bool {
+	i := strings.IndexByte(s, '{')
+	return i >= 0 && strings.IndexByte(s[i+1:], '}') > 0
 }

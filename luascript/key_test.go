@@ -38,3 +38,36 @@ func TestFixedWindowKeyNeverCollides(t *testing.T) {
 		seen[k] = p
 	}
 }
+
+// A subject's own hash tag is its keys' tag, under every algorithm and
+// policy, and the tagged form never collides with the other.
+func TestSubjectHashTag(t *testing.T) {
+	subject := "{tenant-42}:user-7"
+	keys := []string{
+		luascript.FixedWindowKey("q:", "api", subject), luascript.TokenBucketKey("q:", "burst", subject),
+		luascript.ConcurrencyKey("q:", "", subject), luascript.SlidingWindowKey("q:", "sw", subject),
+		luascript.CalendarPeriodKey(luascript.CalendarKey("q:", "daily", subject), 1700000000000),
+		luascript.FixedWindowKey("q:", "", "{tenant-42}"),
+	}
+	if keys[0] != "q:fw:p:api:{tenant-42}:user-7" || keys[2] != "q:cc:i:{tenant-42}:user-7" {
+		t.Fatalf("keys %q", keys)
+	}
+	for _, k := range keys {
+		if got, want := luascript.KeySlot(k), luascript.KeySlot("{tenant-42}"); got != want {
+			t.Errorf("KeySlot(%q) = %d, want the tag's %d", k, got, want)
+		}
+	}
+	seen := map[string]string{}
+	for _, s := range []string{"{t}x", "{}x", "x}{", "{t", "t}", "p:api:{t}x", "{p:api:{t}x}"} {
+		for _, p := range []string{"", "api"} {
+			k := luascript.FixedWindowKey("q:", p, s)
+			if prev, ok := seen[k]; ok {
+				t.Errorf("%q and %q share key %q", prev, p+"/"+s, k)
+			}
+			seen[k] = p + "/" + s
+		}
+	}
+	if luascript.HasHashTag("{}x") || luascript.HasHashTag("x}{") || !luascript.HasHashTag("a{b}") {
+		t.Fatal("HasHashTag")
+	}
+}

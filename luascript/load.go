@@ -21,6 +21,8 @@ var scripts = []*script{
 	concurrencyTake, concurrencyPeek, concurrencyRelease,
 	slidingWindowTake, slidingWindowPeek,
 	calendarTake, calendarPeek,
+	fixedWindowSettle, slidingWindowSettle, calendarSettle, tokenBucketSettle,
+	multiTake,
 }
 
 // sources are the scripts' texts, prelude included, as Redis holds them,

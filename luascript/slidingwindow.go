@@ -21,10 +21,7 @@ var (
 // SlidingWindowKey is the key of the sliding window that (policy, subject)
 // counts against, laid out as FixedWindowKey.
 func SlidingWindowKey(prefix, policy, subject string) string {
-	if policy == "" {
-		return prefix + "sw:{i:" + subject + "}"
-	}
-	return prefix + "sw:{p:" + policy + ":" + subject + "}"
+	return layoutKey(prefix, "sw", policy, subject)
 }
 
 // SlidingWindowArgs is one decision on a sliding window. The caller

@@ -35,12 +35,18 @@ type Reply struct {
 	RedisError    string `json:"redis_error,omitempty"`
 	LeaseMS       int64  `json:"lease_ms"`
 	Released      bool   `json:"released"`
+	Settled       bool   `json:"settled"`
+	Reserved      int64  `json:"reserved"`
 	Shadow        bool   `json:"shadow"`
 	ShadowAllowed bool   `json:"shadow_allowed"`
 	Ready         bool   `json:"ready"`
 	// Headers: the RateLimit header fields of a take or peek that asked
 	// for them, by field name; nil otherwise.
 	Headers map[string]string `json:"headers,omitempty"`
+	// Checks: the answer of each check of a take of several limits, in
+	// order (checks.go); Skipped is set on a check that was not asked.
+	Checks  []Reply `json:"checks,omitempty"`
+	Skipped bool    `json:"skipped"`
 }
 
 // Err returns the reply's error as an *Error, or nil for an ok reply.

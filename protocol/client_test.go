@@ -190,8 +190,8 @@ func TestClientCall(t *testing.T) {
 		{
 			name:    "invalid request",
 			req:     map[string]any{"op": "launch", "id": 1},
-			want:    protocol.Reply{ID: []byte("1"), Error: protocol.CodeInvalid, Message: `unknown op "launch": one of take, peek, release, ping`},
-			wantRaw: `{"id":1,"ok":false,"error":"INVALID","message":"unknown op \"launch\": one of take, peek, release, ping"}`,
+			want:    protocol.Reply{ID: []byte("1"), Error: protocol.CodeInvalid, Message: `unknown op "launch": one of take, peek, release, settle, ping`},
+			wantRaw: `{"id":1,"ok":false,"error":"INVALID","message":"unknown op \"launch\": one of take, peek, release, settle, ping"}`,
 		},
 	}
 	for _, tt := range tests {

@@ -63,6 +63,7 @@ func FuzzDecode(f *testing.F) {
 		`{"op":"ping"}`,
 		`{"id":7,"op":"take","subject":"user:42","limit":5,"window_ms":60000,"cost":2,"request_id":"order-1","timeout_ms":250}`,
 		`{"id":"x","op":"peek","subject":"s","policy":"api"}`,
+		`{"op":"settle","subject":"s","policy":"api","request_id":"r-1","cost":0}`,
 		`{"op":"take","subject":"\ud83d\ude00\ud800","policy":"p","x":{"a":[1,2.5e-3,null,true]}}`,
 		`{"op":"take","subject":"\ud83d\ude00\ufffd","policy":"p","x":{"\ud83d\ude00":["\uDBFF\uDFFF"]}}`,
 		`{"op":"take","subject":"sur\udbff","policy":"p"}`,
@@ -78,6 +79,7 @@ func FuzzDecode(f *testing.F) {
 		`{"id":01}`,
 		"{\"op\":\"take\",\"subject\":\"\xff\",\"policy\":\"p\"}",
 		`{"op":"ping"} x`,
+		`{"op":"take","cost":2,"request_id":"r","checks":[{"policy":"p","subject":"a"},{"subject":"b","limit":3,"window_ms":9,"cost":1}]}`,
 		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`,
 		``,
 	} {
@@ -135,12 +137,21 @@ func FuzzDecode(f *testing.F) {
 		}
 		switch r.Op {
 		case protocol.OpPing:
-		case protocol.OpTake, protocol.OpPeek, protocol.OpRelease:
-			checkAddressing(t, line, &r)
+		case protocol.OpTake, protocol.OpPeek, protocol.OpRelease, protocol.OpSettle:
+			if len(r.Checks) == 0 {
+				checkAddressing(t, line, &r)
+			}
 		default:
 			t.Fatalf("Decode accepted %q with op %v", line, r.Op)
 		}
-		if r.Op != protocol.OpPing {
+		if len(r.Checks) > protocol.MaxChecks || len(r.Checks) > 0 && (r.Op != protocol.OpTake || r.Subject != "") {
+			t.Fatalf("Decode(%q) accepted %d checks of a %v with subject %q", line, len(r.Checks), r.Op, r.Subject)
+		}
+		for i := range r.Checks {
+			checkAddressing(t, line, &r.Checks[i])
+			checkSubjectIsItsOwn(t, line, r.Checks[i].Subject)
+		}
+		if r.Op != protocol.OpPing && len(r.Checks) == 0 {
 			checkSubjectIsItsOwn(t, line, r.Subject)
 		}
 		if !plainKeys(line) {
@@ -351,7 +362,14 @@ func checkAddressing(t *testing.T, line []byte, r *protocol.Request) {
 	if r.Op == protocol.OpRelease && r.RequestID == "" {
 		t.Fatalf("Decode(%q) accepted a release without request_id", line)
 	}
-	if r.Cost < 1 || r.Cost > protocol.MaxLimit || r.TimeoutMS < 0 || r.TimeoutMS > protocol.MaxTimeoutMS {
+	if r.Op == protocol.OpSettle && r.RequestID == "" {
+		t.Fatalf("Decode(%q) accepted a settle without request_id", line)
+	}
+	least := int64(1)
+	if r.Op == protocol.OpSettle {
+		least = 0 // a refund
+	}
+	if r.Cost < least || r.Cost > protocol.MaxLimit || r.TimeoutMS < 0 || r.TimeoutMS > protocol.MaxTimeoutMS {
 		t.Fatalf("Decode(%q) accepted cost %d timeout_ms %d", line, r.Cost, r.TimeoutMS)
 	}
 	for _, c := range []byte(r.RequestID) {

@@ -15,6 +15,7 @@ const (
 	OpPeek
 	OpPing
 	OpRelease
+	OpSettle
 )
 
 func (o Op) String() string {
@@ -27,6 +28,8 @@ func (o Op) String() string {
 		return "ping"
 	case OpRelease:
 		return "release"
+	case OpSettle:
+		return "settle"
 	}
 	return "unknown"
 }
@@ -74,6 +77,9 @@ type Request struct {
 	TimeZone  string
 	WeekStart string
 	JitterMS  int64
+	// Checks are the limits of a take of several limits, all or nothing
+	// (checks.go); nil for a take of one.
+	Checks []Request
 }
 
 type field uint32
@@ -98,6 +104,7 @@ const (
 	fieldTimeZone
 	fieldWeekStart
 	fieldJitterMS
+	fieldChecks
 )
 
 // HasInline reports whether the request gave inline limits, of any
@@ -110,8 +117,8 @@ func (r *Request) HasInline() bool { return r.fields&(fieldLimit|fieldWindowMS|a
 // *Error with CodeInvalid; r.ID is set whenever the object was well formed
 // enough to find it, so the error reply can echo it.
 func Decode(line []byte, r *Request) error {
-	idBuf := r.ID[:0]
-	*r = Request{Cost: 1}
+	idBuf, checks := r.ID[:0], r.Checks[:0]
+	*r = Request{Cost: 1, Checks: checks}
 	d := decoder{data: line}
 	if err := d.object(r, idBuf); err != nil {
 		return err
@@ -126,9 +133,12 @@ func (r *Request) validate() error {
 	switch r.Op {
 	case OpPing:
 		return nil
-	case OpTake, OpPeek, OpRelease:
+	case OpTake, OpPeek, OpRelease, OpSettle:
 	default:
-		return invalid("op is required: one of take, peek, release, ping")
+		return invalid("op is required: one of take, peek, release, settle, ping")
+	}
+	if r.fields&fieldChecks != 0 {
+		return r.validateChecks()
 	}
 	if r.fields&fieldSubject == 0 {
 		return invalid("subject is required")
@@ -177,6 +187,11 @@ func (r *Request) validate() error {
 	}
 	if r.Op == OpRelease {
 		if err := r.validateRelease(); err != nil {
+			return err
+		}
+	}
+	if r.Op == OpSettle {
+		if err := r.validateSettle(); err != nil {
 			return err
 		}
 	}
@@ -346,6 +361,8 @@ func fieldOf(key []byte) field {
 		return fieldWeekStart
 	case "jitter_ms":
 		return fieldJitterMS
+	case "checks":
+		return fieldChecks
 	}
 	return 0
 }
@@ -412,8 +429,10 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 			r.Op = OpPing
 		case "release":
 			r.Op = OpRelease
+		case "settle":
+			r.Op = OpSettle
 		default:
-			d.fail(invalid("unknown op " + quoteShort(s) + ": one of take, peek, release, ping"))
+			d.fail(invalid("unknown op " + quoteShort(s) + ": one of take, peek, release, settle, ping"))
 		}
 		return nil
 	case fieldSubject:
@@ -464,6 +483,8 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 		return err
 	case fieldJitterMS:
 		return d.intValue("jitter_ms", &r.JitterMS)
+	case fieldChecks:
+		return d.checks(r)
 	}
 	return nil
 }

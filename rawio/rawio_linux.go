@@ -108,6 +108,33 @@ func (r *rawIO) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// TryWrite writes what of p the socket's buffer has room for now, without
+// waiting: n < len(p) with a nil error when it is full.
+func (r *rawIO) TryWrite(p []byte) (int, error) {
+	var n int
+	var errno syscall.Errno
+	err := r.rc.Write(func(fd uintptr) bool {
+		for n < len(p) {
+			m, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
+			switch e {
+			case 0:
+				n += int(m)
+			case syscall.EINTR:
+			case syscall.EAGAIN:
+				return true
+			default:
+				errno = e
+				return true
+			}
+		}
+		return true
+	})
+	if err == nil && errno != 0 {
+		err = errno
+	}
+	return n, err
+}
+
 // rawConn is a net.Conn whose Read and Write are a rawIO's.
 type rawConn struct {
 	net.Conn
@@ -125,6 +152,9 @@ func Wrap(nc net.Conn) net.Conn {
 
 func (c *rawConn) Read(p []byte) (int, error)  { return c.io.Read(p) }
 func (c *rawConn) Write(p []byte) (int, error) { return c.io.Write(p) }
+
+// TryWrite writes what of p fits in the socket's buffer now (rawIO.TryWrite).
+func (c *rawConn) TryWrite(p []byte) (int, error) { return c.io.TryWrite(p) }
 
 // Dialer dials Redis as rueidis does, with dial when not nil (a unix://
 // URL sets one), and returns connections that read and write with raw

@@ -32,18 +32,31 @@ type slot struct {
 	dec  dispatch.Decision
 	out  []byte
 	done atomic.Bool
-	// key is the Redis key the request decides on; next is the request of
-	// the same connection on the same key that waits for this one to be
-	// decided (same-key order). Both are guarded by c.mu.
+	// links are the Redis keys the request decides on (several for a take
+	// of several limits), each with the request of the same connection on
+	// that key that waits for this one to be decided (same-key order);
+	// waits counts the earlier requests this one waits for. All are
+	// guarded by c.mu.
+	links []keyLink
+	waits int
+}
+
+// keyLink is one key of a request and the next request on it.
+type keyLink struct {
 	key  string
 	next *slot
 }
 
-var slots = sync.Pool{New: func() any {
-	sl := new(slot)
-	sl.dec.Done = sl.decided
-	return sl
-}}
+var slots sync.Pool
+
+func init() {
+	// Set here, not in slots' declaration: decided frees slots itself.
+	slots.New = func() any {
+		sl := new(slot)
+		sl.dec.Done = sl.decided
+		return sl
+	}
+}
 
 func newSlot(c *conn) *slot {
 	sl := slots.Get().(*slot)
@@ -56,13 +69,15 @@ func freeSlot(sl *slot) {
 	if cap(sl.out) > 4<<10 {
 		sl.out = nil // keep no outsized buffer alive
 	}
-	sl.c, sl.key, sl.next = nil, "", nil
+	clear(sl.links)
+	sl.c, sl.links, sl.waits = nil, sl.links[:0], 0
 	slots.Put(sl)
 }
 
 // conn serves one client. One reader goroutine decodes lines and hands each
 // request to the dispatcher; one writer goroutine writes the replies in
-// request order. The queue between them is bounded by
+// request order, except that a reply with nothing before it to wait for is
+// written at once by the goroutine that decided it (place). The queue between them is bounded by
 // --max-inflight-per-conn: when it is full the reader stops reading, so a
 // client that never reads its replies holds at most that many requests in
 // memory (backpressure, not buffering).
@@ -93,11 +108,29 @@ type conn struct {
 	// keys maps a key with a request in flight to the last request queued
 	// on it, whose next the following request on that key joins.
 	keys map[string]*slot
+
+	// A request that comes when no reply is unwritten goes to head instead
+	// of the queue, and the goroutine that decides it writes its reply at
+	// once (writeHere), without a hand-off to the writer: for a client that
+	// sends one request at a time, that is one goroutine wake-up less per
+	// request. tryWrite is the socket's write that never waits (rawio); nil
+	// turns this off. wmu guards head, busy (a decider is writing head)
+	// and waiting (the writer waits for that write, on kick).
+	tryWrite func([]byte) (int, error)
+	wmu      sync.Mutex
+	head     *slot
+	busy     bool
+	waiting  bool
+	kick     chan struct{}
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{s: s, nc: rawio.Wrap(nc), queue: make(chan *slot, s.opts.MaxInflightPerConn),
-		wake: make(chan struct{}, 1), keys: make(map[string]*slot)}
+	c := &conn{s: s, nc: rawio.Wrap(nc), queue: make(chan *slot, s.opts.MaxInflightPerConn),
+		wake: make(chan struct{}, 1), keys: make(map[string]*slot), kick: make(chan struct{}, 1)}
+	if tw, ok := c.nc.(interface{ TryWrite([]byte) (int, error) }); ok {
+		c.tryWrite = tw.TryWrite
+	}
+	return c
 }
 
 func (c *conn) serve() {
@@ -234,43 +267,142 @@ func (c *conn) start(line []byte) {
 		return
 	}
 	c.running.Add(1)
-	c.unwritten.Add(1)
-	c.queue <- sl // the reply's place comes before the request runs
+	c.place(sl) // the reply's place comes before the request runs
 	key, decided := c.s.dispatch.Prepare(req, &sl.dec)
 	if decided {
 		return // refused: Done was called, and sl may be gone
 	}
-	c.mu.Lock()
-	sl.key = key
-	if last, ok := c.keys[key]; ok {
-		last.next = sl
-		c.keys[key] = sl
-		c.mu.Unlock()
-		return // last's decision runs this one
+	keys := []string{key}
+	if len(req.Checks) > 0 {
+		keys = sl.dec.Keys()
 	}
-	c.keys[key] = sl
+	c.mu.Lock()
+	for _, k := range keys {
+		sl.links = append(sl.links, keyLink{key: k})
+		if last, ok := c.keys[k]; ok {
+			last.link(k).next = sl
+			sl.waits++
+		}
+		c.keys[k] = sl
+	}
+	waits := sl.waits
 	c.mu.Unlock()
+	if waits > 0 {
+		return // the decisions it waits for run this one
+	}
 	c.s.dispatch.Run(&sl.dec)
 }
 
+// place gives a request's reply its place in the reply order: head when
+// no reply is unwritten (every earlier one is on the socket, so nothing
+// can come before it), else the queue.
+func (c *conn) place(sl *slot) {
+	if c.tryWrite != nil {
+		c.wmu.Lock()
+		if c.head == nil && c.unwritten.Load() == 0 {
+			c.head = sl
+			c.unwritten.Add(1)
+			c.wmu.Unlock()
+			return
+		}
+		c.wmu.Unlock()
+	}
+	c.unwritten.Add(1)
+	c.queue <- sl
+}
+
+// writeHere writes sl's reply in the calling goroutine when sl is the
+// head, without waiting for room in the socket. It reports whether all of
+// it went; then sl is done with. What did not fit stays in head for the
+// writer.
+func (c *conn) writeHere(sl *slot) bool {
+	c.wmu.Lock()
+	if c.head != sl {
+		c.wmu.Unlock()
+		return false
+	}
+	c.busy = true
+	c.wmu.Unlock()
+	n, err := c.tryWrite(sl.out)
+	all := err == nil && n == len(sl.out)
+	c.wmu.Lock()
+	c.busy = false
+	kick := c.waiting || !all
+	if all {
+		c.head = nil
+	} else {
+		sl.out = sl.out[n:] // the writer writes the rest, or meets the error
+	}
+	c.wmu.Unlock()
+	if all {
+		c.unwritten.Add(-1)
+	}
+	if kick {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+	return all
+}
+
+// takeHead hands the head to the writer, once a decider writing it is
+// done.
+func (c *conn) takeHead() *slot {
+	c.wmu.Lock()
+	for c.busy {
+		c.waiting = true
+		c.wmu.Unlock()
+		<-c.kick
+		c.wmu.Lock()
+	}
+	c.waiting = false
+	h := c.head
+	c.head = nil
+	c.wmu.Unlock()
+	return h
+}
+
+// link is sl's link of key; c.mu is held.
+func (sl *slot) link(key string) *keyLink {
+	for i := range sl.links {
+		if sl.links[i].key == key {
+			return &sl.links[i]
+		}
+	}
+	panic("sidecar: no link of key " + key)
+}
+
 // decided is a request's Decision.Done: it renders the reply, runs the
-// next request on the same key, and hands the slot to the writer.
+// next request on the same key, and writes the reply or hands the slot to
+// the writer.
 func (sl *slot) decided() {
 	c := sl.c
 	sl.out = sl.dec.Out.AppendReply(sl.out[:0], sl.req.ID)
-	var next *slot
-	if sl.key != "" {
+	var ready [1]*slot
+	next := ready[:0]
+	if len(sl.links) > 0 {
 		c.mu.Lock()
-		next = sl.next
-		if next == nil {
-			delete(c.keys, sl.key)
+		for _, l := range sl.links {
+			if l.next == nil {
+				delete(c.keys, l.key)
+				continue
+			}
+			if l.next.waits--; l.next.waits == 0 {
+				next = append(next, l.next)
+			}
 		}
 		c.mu.Unlock()
 	}
-	sl.done.Store(true) // the writer may free sl from here on
-	c.finished()
-	if next != nil {
-		c.s.dispatch.Run(&next.dec)
+	if c.tryWrite != nil && c.writeHere(sl) {
+		freeSlot(sl)
+		c.ended()
+	} else {
+		sl.done.Store(true) // the writer may free sl from here on
+		c.finished()
+	}
+	for _, n := range next {
+		c.s.dispatch.Run(&n.dec)
 	}
 }
 
@@ -281,6 +413,12 @@ func (c *conn) finished() {
 	case c.wake <- struct{}{}:
 	default: // a token is already waiting; the writer checks done again
 	}
+	c.ended()
+}
+
+// ended counts a request decided, and ends a drain when it was the last
+// running.
+func (c *conn) ended() {
 	if c.running.Add(-1) == 0 && c.s.shutting.Load() {
 		c.stopReading()
 	}
@@ -298,7 +436,7 @@ func (c *conn) writeLoop() {
 		held = 0
 		return err
 	}
-	for sl := range c.queue {
+	write := func(sl *slot) {
 		if !sl.done.Load() {
 			// Send the replies already written before waiting on one that is
 			// not: they must not wait for a later request's Redis call.
@@ -313,7 +451,7 @@ func (c *conn) writeLoop() {
 		if broken {
 			freeSlot(sl)
 			c.unwritten.Add(-1)
-			continue // keep draining so the reader is never blocked on the queue
+			return // keep draining so the reader is never blocked on the queue
 		}
 		_, err := bw.Write(sl.out)
 		freeSlot(sl)
@@ -326,6 +464,34 @@ func (c *conn) writeLoop() {
 			// the reader stops too.
 			broken = true
 			c.close()
+		}
+	}
+	for {
+		var sl *slot
+		open := true
+		select {
+		case sl, open = <-c.queue:
+		default:
+			if !broken && bw.Buffered() > 0 && flush() != nil {
+				broken = true
+				c.close()
+			}
+			select {
+			case sl, open = <-c.queue:
+			case <-c.kick: // a head's reply that did not fit on the socket
+			}
+		}
+		// The head comes before every queued reply (place).
+		if c.tryWrite != nil {
+			if h := c.takeHead(); h != nil {
+				write(h)
+			}
+		}
+		if sl != nil {
+			write(sl)
+		}
+		if !open {
+			break // the reader closed the queue: it is done
 		}
 	}
 	if !broken {

@@ -163,14 +163,15 @@ func (ts *testServer) waitServed(t testing.TB) error {
 	}
 }
 
-// queueLens returns the length of every open connection's reply queue: the
-// requests read and started whose replies the writer has not taken yet.
+// queueLens returns, for every open connection, how many replies wait
+// behind the first unwritten one: requests read and started that an
+// earlier request's reply holds up.
 func (ts *testServer) queueLens() []int {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	var lens []int
 	for c := range ts.conns {
-		lens = append(lens, len(c.queue))
+		lens = append(lens, max(int(c.unwritten.Load())-1, 0))
 	}
 	return lens
 }
@@ -187,7 +188,7 @@ func (ts *testServer) running() int64 {
 }
 
 // everyQueueHolds reports whether exactly conns connections are open and
-// each has at least n replies queued.
+// each has at least n replies waiting behind the first (queueLens).
 func (ts *testServer) everyQueueHolds(conns, n int) bool {
 	lens := ts.queueLens()
 	if len(lens) != conns {

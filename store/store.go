@@ -48,6 +48,10 @@ type Store struct {
 	// cluster is set, before client, when the client is a Cluster's.
 	cluster atomic.Pointer[clusterHealth]
 	embed   *miniredis.Miniredis
+	// started is closed once the first connection attempt has an outcome
+	// (Started).
+	started   chan struct{}
+	startOnce sync.Once
 
 	timeout time.Duration
 	stop    context.CancelFunc
@@ -116,7 +120,7 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 		opts.Logger = zap.NewNop()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Store{log: opts.Logger.Named("store"), timeout: opts.Timeout, stop: cancel}
+	s := &Store{log: opts.Logger.Named("store"), timeout: opts.Timeout, stop: cancel, started: make(chan struct{})}
 	s.damper.every = opts.ProbeInterval
 	var copt rueidis.ClientOption
 	if opts.RedisURL == "" {
@@ -269,6 +273,7 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 		}
 		err = describeRedisErr(err)
 		s.setUp(false, false, err)
+		s.markStarted()
 		s.log.Warn("cannot connect to redis, retrying", zap.Error(err), zap.Duration(keyBackoff, backoff))
 		select {
 		case <-ctx.Done():
@@ -286,6 +291,7 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 		s.cluster.Store(ch)
 		s.client.Store(&c)
 		s.setUp(true, true, nil)
+		s.markStarted()
 		ch.run(ctx, c)
 		return
 	}
@@ -294,6 +300,7 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 	defer t.Stop()
 	for {
 		s.probe(ctx, c)
+		s.markStarted()
 		select {
 		case <-ctx.Done():
 			return
@@ -301,6 +308,14 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 		}
 	}
 }
+
+// Started is closed once the store's first connection attempt has an
+// outcome: connected and probed, or failed. A sidecar that waits for it
+// before it listens answers its first requests knowing whether Redis is
+// there, instead of "not connected" while the first dial is under way.
+func (s *Store) Started() <-chan struct{} { return s.started }
+
+func (s *Store) markStarted() { s.startOnce.Do(func() { close(s.started) }) }
 
 func (s *Store) probe(ctx context.Context, c rueidis.Client) {
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)

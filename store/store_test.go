@@ -86,3 +86,33 @@ func TestRedisDownIsLoggedWhenUnreachableAtStart(t *testing.T) {
 		t.Fatal("Up() is true while Redis is unreachable")
 	}
 }
+
+// Started closes once the first connection attempt has an outcome: with
+// Redis there, the store is up by then; with Redis gone, it is known down
+// and says why.
+func TestStartedAfterTheFirstConnectionAttempt(t *testing.T) {
+	r := redistest.Start(t)
+	gone := redistest.Start(t)
+	goneURL := gone.URL()
+	gone.Stop(t)
+	for _, tc := range []struct {
+		url string
+		up  bool
+	}{{r.URL(), true}, {goneURL, false}} {
+		st, err := OpenStore(StoreOptions{RedisURL: tc.url, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-st.Started():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: Started still open after 10s", tc.url)
+		}
+		_, cerr := st.Client()
+		if st.Up() != tc.up || (cerr == nil) != tc.up {
+			t.Errorf("%s: after Started, Up() = %v and Client() error %v; want up %v", tc.url, st.Up(), cerr, tc.up)
+		}
+		st.Close()
+	}
+	redistest.WaitDelayedRefreshes(t)
+}

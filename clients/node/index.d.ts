@@ -3,7 +3,7 @@
 export declare const DEFAULT_SOCKET: string;
 export declare const DEFAULT_TIMEOUT_MS: number;
 
-/** How a take, peek or release names its quota: a policy, or an inline limit. */
+/** How a take, peek, release or settle names its quota: a policy, or an inline limit. */
 export interface Address {
   /** A policy in the sidecar's config (instead of the inline fields). */
   policy?: string;
@@ -51,6 +51,30 @@ export interface TakeOptions extends Address, CallOptions, HeadersOption {
 
 export type PeekOptions = Address & CallOptions & HeadersOption;
 
+export interface SettleOptions extends Omit<Address, 'lease_ms'>, CallOptions, HeadersOption {
+  /** The accepted take's request_id. */
+  request_id: string;
+  /** The take's actual cost, 0 (a refund) to 1000000000: lower gives back, higher consumes past the limit. */
+  cost: number;
+}
+
+/** One limit of a take of several (takeChecks): addressed as for take, with its own cost. */
+export interface Check extends Omit<Address, 'timeout_ms'> {
+  subject: string;
+  /** Units this check takes; default the take's cost. */
+  cost?: number;
+}
+
+/** The take's own options for takeChecks. */
+export interface TakeChecksOptions extends CallOptions, HeadersOption {
+  /** Units each check takes unless it gives its own; default 1. */
+  cost?: number;
+  /** Idempotency key of the whole take; also what makes it safe to resend. */
+  request_id?: string;
+  /** Shortens the sidecar's Redis deadline for this request. */
+  timeout_ms?: number;
+}
+
 export interface ReleaseOptions extends CallOptions {
   policy?: string;
   algorithm?: 'concurrency';
@@ -95,6 +119,39 @@ export interface TakeReply {
   headers?: RateLimitHeaders;
 }
 
+/** One check's decision in a MultiTakeReply. */
+export interface CheckReply {
+  /** This check's own verdict; in a denied take, one with room says true and consumed nothing. */
+  allowed: boolean;
+  replay: boolean;
+  limit: number;
+  used: number;
+  remaining: number;
+  reset_ms: number;
+  retry_after_ms: number;
+  lease_ms?: number;
+  shadow?: true;
+  shadow_allowed?: boolean;
+  degraded?: true;
+  /** The local denial answered the take without asking about this check. */
+  skipped?: true;
+}
+
+/** The reply to a take of several limits. */
+export interface MultiTakeReply {
+  ok: true;
+  /** Every check consumed; false when none did. */
+  allowed: boolean;
+  /** Every check replayed its acceptance of this request_id. */
+  replay: boolean;
+  /** When denied, the largest retry_after_ms of the checks that denied. */
+  retry_after_ms: number;
+  degraded?: true;
+  checks: CheckReply[];
+  /** Only when asked with { headers: true }: one member per check. */
+  headers?: RateLimitHeaders;
+}
+
 export interface PeekReply {
   ok: true;
   limit: number;
@@ -111,6 +168,24 @@ export interface ReleaseReply {
   limit: number;
   used: number;
   remaining: number;
+}
+
+export interface SettleReply {
+  ok: true;
+  /** false: the state holds no take of that request_id (its window ended, say); nothing changed. */
+  settled: boolean;
+  /** Settled before with the same cost; nothing changed now. */
+  replay: boolean;
+  /** The cost the take reserved; 0 when not settled. */
+  reserved: number;
+  limit: number;
+  used: number;
+  remaining: number;
+  reset_ms: number;
+  /** What a take of cost 1 would be told now. */
+  retry_after_ms: number;
+  /** Only when asked with { headers: true }. */
+  headers?: RateLimitHeaders;
 }
 
 export interface PingReply {
@@ -169,7 +244,7 @@ export declare class OutcomeUnknown extends QuotadError {
 }
 
 /** The reply's header fields as a new object; empty when it has none. */
-export declare function rateLimitHeaders(reply: TakeReply | PeekReply | RawReply): Record<string, string>;
+export declare function rateLimitHeaders(reply: TakeReply | MultiTakeReply | PeekReply | SettleReply | RawReply): Record<string, string>;
 
 /** The error class instance for an error reply. */
 export declare function errorFromReply(reply: ErrorReply): QuotadError;
@@ -181,8 +256,11 @@ export declare class Client {
   /** Connections opened after the first one. */
   readonly reconnects: number;
   take(subject: string, options?: TakeOptions): Promise<TakeReply>;
+  /** Several limits in one all-or-nothing take. */
+  takeChecks(checks: Check[], options?: TakeChecksOptions): Promise<MultiTakeReply>;
   peek(subject: string, options?: PeekOptions): Promise<PeekReply>;
   release(subject: string, request_id: string, options?: ReleaseOptions): Promise<ReleaseReply>;
+  settle(subject: string, options: SettleOptions): Promise<SettleReply>;
   ping(options?: CallOptions): Promise<PingReply>;
   request(req: RawRequest, options?: CallOptions): Promise<RawReply>;
   pipeline(reqs: Iterable<RawRequest>, options?: CallOptions): Promise<RawReply[]>;

@@ -14,7 +14,7 @@
 //
 // After a lost connection (the sidecar restarted, say) the client connects
 // again by itself and resends what is safe to resend: pings, peeks,
-// releases and takes with a request_id. A take without a request_id that was
+// releases, settles and takes with a request_id. A take without a request_id that was
 // written before the connection was lost rejects with OutcomeUnknown
 // instead: it may or may not have been counted, and sending it again could
 // count it twice.
@@ -128,8 +128,10 @@ const ADDRESS = ['policy', 'limit', 'window_ms', 'algorithm', 'rate', 'period_ms
   'period', 'time_zone', 'week_start', 'jitter_ms'];
 const OPTIONS = {
   take: [...ADDRESS, 'cost', 'request_id', 'headers', 'timeoutMs'],
+  takeChecks: ['cost', 'request_id', 'timeout_ms', 'headers', 'timeoutMs'],
   peek: [...ADDRESS, 'headers', 'timeoutMs'],
   release: ['policy', 'limit', 'algorithm', 'lease_ms', 'timeout_ms', 'timeoutMs'],
+  settle: [...ADDRESS.filter((f) => f !== 'lease_ms'), 'cost', 'request_id', 'headers', 'timeoutMs'],
   ping: ['timeoutMs'],
   call: ['timeoutMs'],
   client: ['timeoutMs'],
@@ -457,6 +459,22 @@ export class Client {
     return this._one(buildRequest('take', { subject, ...rest, cost }), options.timeoutMs);
   }
 
+  // Take several limits at once, all or nothing: checks is an array of 1 to
+  // 8 objects, each addressed as for take ({ policy, subject }, or inline
+  // limits and subject) with an optional cost of its own. Either every check
+  // consumes or none does; reply.allowed is the take's verdict and
+  // reply.checks each check's decision, in order. The options are the take's:
+  // its cost (default 1), request_id (replays every check; another set of
+  // checks or costs under it is Conflict), timeout_ms, headers, timeoutMs.
+  async takeChecks(checks, options = {}) {
+    checkOptions('takeChecks', options);
+    if (!Array.isArray(checks) || checks.some((c) => c === null || typeof c !== 'object' || Array.isArray(c))) {
+      throw new TypeError('quotad: the checks of takeChecks must be an array of objects');
+    }
+    const { cost = 1, ...rest } = options;
+    return this._one(buildRequest('take', { checks: checks.map((c) => ({ ...c })), ...rest, cost }), options.timeoutMs);
+  }
+
   // Report subject's quota without consuming any (addressed as for take).
   async peek(subject, options = {}) {
     checkOptions('peek', options);
@@ -469,6 +487,24 @@ export class Client {
   async release(subject, request_id, options = {}) {
     checkOptions('release', options);
     return this._one(buildRequest('release', { subject, request_id, ...options }), options.timeoutMs);
+  }
+
+  // Give the actual cost of the accepted take options.request_id of
+  // subject, addressed as that take was: { request_id, cost, ...address }.
+  // Lower than reserved gives the rest back, 0 gives it all back (a refund),
+  // higher consumes the extra even past the limit. The same settle again is a
+  // replay; another cost rejects with Conflict. settled is false when the
+  // state no longer holds the take (its window ended) or never did: nothing
+  // changed, which is not an error. A settle is safe to retry.
+  async settle(subject, options = {}) {
+    checkOptions('settle', options);
+    if (typeof options.request_id !== 'string' || options.request_id === '') {
+      throw new TypeError('quotad: settle needs the request_id of the take it settles');
+    }
+    if (!Number.isInteger(options.cost)) {
+      throw new TypeError(`quotad: settle needs the take's actual cost, an integer, not ${options.cost}`);
+    }
+    return this._one(buildRequest('settle', { subject, ...options }), options.timeoutMs);
   }
 
   // Check the sidecar and its store.

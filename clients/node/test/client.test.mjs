@@ -144,6 +144,29 @@ test('release, pipeline and ping', async () => {
   await q.close();
 });
 
+test('settle', async () => {
+  const q = await quotad.Client.connect(SOCKET);
+  const s = `${PREFIX}-settle`;
+  const w = { limit: 10000, window_ms: 60000 };
+  assert.equal((await q.take(s, { ...w, cost: 2000, request_id: 'call-1' })).used, 2000);
+  const r = await q.settle(s, { ...w, request_id: 'call-1', cost: 1234 });
+  assert.deepEqual([r.settled, r.replay, r.reserved, r.used, r.remaining], [true, false, 2000, 1234, 8766]);
+  assert.equal((await q.settle(s, { ...w, request_id: 'call-1', cost: 1234 })).replay, true);
+  await assert.rejects(q.settle(s, { ...w, request_id: 'call-1', cost: 1500 }), quotad.Conflict);
+  const none = await q.settle(s, { ...w, request_id: 'never', cost: 0 });
+  assert.equal(none.settled, false);
+  assert.equal(none.used, 1234);
+  const b = { algorithm: 'token_bucket', rate: 1, period_ms: 3600000, burst: 10 };
+  await q.take(`${s}-b`, { ...b, cost: 6, request_id: 'up-1' });
+  const refund = await q.settle(`${s}-b`, { ...b, request_id: 'up-1', cost: 0, headers: true });
+  assert.deepEqual([refund.settled, refund.remaining], [true, 10]);
+  assert.equal(quotad.rateLimitHeaders(refund)['Retry-After'], undefined);
+  await assert.rejects(q.settle(s, { ...w, cost: 1 }), TypeError);
+  await assert.rejects(q.settle(s, { ...w, request_id: 'call-1' }), TypeError);
+  await assert.rejects(q.settle(s, { ...w, request_id: 'call-1', cost: 1, lease_ms: 1 }), TypeError);
+  await q.close();
+});
+
 test('sliding window', async () => {
   const q = await quotad.Client.connect(SOCKET);
   const s = `${PREFIX}-sliding`;
@@ -178,6 +201,29 @@ test('RateLimit header fields', async () => {
   assert.equal(quotad.rateLimitHeaders(p).RateLimit, `"inline";r=${p.remaining};t=${secs(p.reset_ms)}`);
   await assert.rejects(q.take(s, { ...bucket, headers: 'yes' }), TypeError);
   assert.deepEqual(quotad.rateLimitHeaders({ ok: true }), {});
+  await q.close();
+});
+
+test('a take of several limits, all or nothing', async () => {
+  const q = await quotad.Client.connect(SOCKET);
+  const user = { subject: `${PREFIX}-multi-user`, limit: 5, window_ms: 2678400000 };
+  const tenant = { subject: `${PREFIX}-multi-tenant`, algorithm: 'token_bucket', rate: 1, period_ms: 600000, burst: 3 };
+  const r = await q.takeChecks([user, { ...tenant, cost: 2 }], { request_id: 'm-1', headers: true });
+  assert.equal(r.allowed, true);
+  assert.deepEqual(r.checks.map((c) => [c.allowed, c.used, c.remaining]), [[true, 1, 4], [true, 2, 1]]);
+  assert.equal(quotad.rateLimitHeaders(r)['RateLimit-Policy'], '"inline";q=5;w=2678400, "inline";q=3;w=1800');
+  const again = await q.takeChecks([user, { ...tenant, cost: 2 }], { request_id: 'm-1' });
+  assert.equal(again.replay, true);
+  // The tenant has 1 token: denied, and the user's window is untouched.
+  const denied = await q.takeChecks([user, { ...tenant, cost: 2 }]);
+  assert.equal(denied.allowed, false);
+  assert.deepEqual(denied.checks.map((c) => c.allowed), [true, false]);
+  assert.ok(denied.retry_after_ms > 0);
+  assert.equal((await q.peek(user.subject, { limit: 5, window_ms: 2678400000 })).used, 1);
+  await assert.rejects(q.takeChecks([user], { request_id: 'm-1' }), quotad.Conflict);
+  await assert.rejects(q.takeChecks([user, user]), quotad.Invalid);
+  await assert.rejects(q.takeChecks(user), TypeError);
+  await assert.rejects(q.takeChecks([user], { requestId: 'x' }), TypeError);
   await q.close();
 });
 

@@ -1,6 +1,6 @@
 // Compiled with tsc --noEmit --strict by the tests: the declarations must
 // describe the API as the README uses it.
-import { Client, Conflict, OutcomeUnknown, QuotadError, rateLimitHeaders, type TakeReply } from 'quotad';
+import { Client, Conflict, OutcomeUnknown, QuotadError, rateLimitHeaders, type CheckReply, type MultiTakeReply, type SettleReply, type TakeReply } from 'quotad';
 
 async function main(): Promise<void> {
   const q: Client = await Client.connect('./quotad.sock', { timeoutMs: 2000 });
@@ -12,11 +12,21 @@ async function main(): Promise<void> {
   const h: Record<string, string> = rateLimitHeaders(await q.take('alice', { policy: 'api', headers: true }));
   const policyField: string | undefined = (await q.peek('alice', { policy: 'api', headers: true })).headers?.['RateLimit-Policy'];
   console.log(h, policyField);
+  const multi: MultiTakeReply = await q.takeChecks(
+    [{ policy: 'per-user', subject: 'user:42' }, { policy: 'per-tenant', subject: 'tenant:7', cost: 5 }],
+    { request_id: 'req-1', headers: true });
+  const denying: number[] = multi.checks.flatMap((c: CheckReply, i) => (c.allowed ? [] : [i]));
+  console.log(multi.allowed, denying, rateLimitHeaders(multi));
   const daily: TakeReply = await q.take('alice', { algorithm: 'calendar', limit: 1000, period: 'day', time_zone: 'Asia/Shanghai' });
   const weekly = await q.peek('alice', { algorithm: 'calendar', limit: 9, period: 'week', week_start: 'sunday', jitter_ms: 60000 });
   const resets: number = daily.reset_ms + weekly.reset_ms;
   const rel = await q.release('jobs', 'job-1', { algorithm: 'concurrency', limit: 2, lease_ms: 30000 });
   const released: boolean = rel.released;
+  const s: SettleReply = await q.settle('alice', { limit: 5, window_ms: 60000, request_id: 'order-1', cost: 1 });
+  const settled: boolean = s.settled && !s.replay && s.reserved > 0;
+  console.log(settled, rateLimitHeaders(s));
+  // @ts-expect-error a settle needs the take's cost
+  await q.settle('alice', { limit: 5, window_ms: 60000, request_id: 'order-1' });
   const ping = await q.ping();
   const ready: boolean = ping.ready;
   const replies = await q.pipeline([{ op: 'take', id: 'a', subject: 'bob', limit: 1, window_ms: 1000 }]);

@@ -270,6 +270,35 @@ class ErrorsTest(unittest.TestCase):
         self.assertTrue(self.q.release(s, "job-1", **jobs)["released"])
         self.assertFalse(self.q.release(s, "job-1", **jobs)["released"])
 
+    def test_settle(self) -> None:
+        s = f"{PREFIX}-settle"
+        w: Dict[str, Any] = dict(limit=10000, window_ms=60000)
+        self.assertEqual(self.q.take(s, cost=2000, request_id="call-1", **w)["used"], 2000)
+        r = self.q.settle(s, request_id="call-1", cost=1234, **w)
+        self.assertEqual((r["settled"], r["replay"], r["reserved"], r["used"], r["remaining"]),
+                         (True, False, 2000, 1234, 8766))
+        self.assertTrue(self.q.settle(s, request_id="call-1", cost=1234, **w)["replay"])
+        with self.assertRaises(quotad.Conflict):
+            self.q.settle(s, request_id="call-1", cost=1500, **w)
+        r = self.q.settle(s, request_id="never", cost=0, **w)
+        self.assertFalse(r["settled"])
+        self.assertEqual(r["used"], 1234)
+        with self.assertRaises(quotad.Invalid):
+            self.q.request({"op": "settle", "subject": s, "algorithm": "concurrency", "limit": 1,
+                            "lease_ms": 1000, "request_id": "job", "cost": 1})
+        with self.assertRaises(TypeError):
+            self.q.settle(s, cost=1, limit=10000, window_ms=60000)  # type: ignore[call-arg]
+
+        async def main() -> None:
+            async with quotad.AsyncClient(SOCKET) as q:
+                b: Dict[str, Any] = dict(algorithm="token_bucket", rate=1, period_ms=3600000, burst=10)
+                await q.take(f"{s}-async", cost=6, request_id="up-1", **b)
+                r = await q.settle(f"{s}-async", request_id="up-1", cost=0, headers=True, **b)
+                self.assertEqual((r["settled"], r["remaining"]), (True, 10))
+                self.assertNotIn("Retry-After", quotad.rate_limit_headers(r))
+
+        asyncio.run(main())
+
     def test_sliding_window(self) -> None:
         s = f"{PREFIX}-sliding"
         sw: Dict[str, Any] = dict(algorithm="sliding_window", limit=3, window_ms=2678400000)
@@ -281,6 +310,34 @@ class ErrorsTest(unittest.TestCase):
         self.assertFalse(r["allowed"])
         self.assertGreater(r["retry_after_ms"], 0)
         self.assertEqual(self.q.peek(s, **sw)["used"], 2)
+
+    def test_take_checks(self) -> None:
+        user: quotad.Check = {"subject": f"{PREFIX}-multi-user", "limit": 5, "window_ms": 2678400000}
+        tenant: quotad.Check = {"subject": f"{PREFIX}-multi-tenant", "algorithm": "token_bucket", "rate": 1,
+                                "period_ms": 600000, "burst": 3, "cost": 2}
+        r = self.q.take_checks([user, tenant], request_id="m-1", headers=True)
+        self.assertTrue(r["allowed"])
+        self.assertEqual([(c["allowed"], c["used"], c["remaining"]) for c in r["checks"]], [(True, 1, 4), (True, 2, 1)])
+        self.assertEqual(quotad.rate_limit_headers(r)["RateLimit-Policy"], '"inline";q=5;w=2678400, "inline";q=3;w=1800')
+        self.assertTrue(self.q.take_checks([user, tenant], request_id="m-1")["replay"])
+        # The tenant has 1 token: denied, and the user's window is untouched.
+        d = self.q.take_checks([user, tenant])
+        self.assertFalse(d["allowed"])
+        self.assertEqual([c["allowed"] for c in d["checks"]], [True, False])
+        self.assertGreater(d["retry_after_ms"], 0)
+        self.assertEqual(self.q.peek(user["subject"], limit=5, window_ms=2678400000)["used"], 1)
+        with self.assertRaises(quotad.Conflict):
+            self.q.take_checks([user], request_id="m-1")
+        with self.assertRaises(quotad.Invalid):
+            self.q.take_checks([user, user])
+        with self.assertRaises(TypeError):
+            self.q.take_checks(user)  # type: ignore[arg-type]
+
+        async def run() -> None:
+            async with quotad.AsyncClient(SOCKET) as q:
+                a = await q.take_checks([user, tenant], request_id="m-1")
+                self.assertTrue(a["replay"])
+        asyncio.run(run())
 
     def test_unknown_codes_are_internal(self) -> None:
         e = quotad.error_from_reply({"ok": False, "error": "SOMETHING_NEW", "message": "m"})

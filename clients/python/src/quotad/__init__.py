@@ -19,7 +19,7 @@ to reach the sidecar raises `quotad.ConnectionError` (or `Timeout`).
 
 After a lost connection (the sidecar restarted, say) both clients connect
 again by themselves and resend what is safe to resend: pings, peeks,
-releases and takes with a `request_id`. A take without a `request_id` that
+releases, settles and takes with a `request_id`. A take without a `request_id` that
 was written before the connection was lost raises `OutcomeUnknown` instead:
 it may or may not have been counted, and sending it again could count it
 twice.
@@ -56,11 +56,14 @@ __version__ = "1.0.0"
 
 __all__ = [
     "AsyncClient",
+    "Check",
+    "CheckReply",
     "Client",
     "ConnectionError",
     "Conflict",
     "Internal",
     "Invalid",
+    "MultiTakeReply",
     "OutcomeUnknown",
     "PeekReply",
     "PingReply",
@@ -70,6 +73,7 @@ __all__ = [
     "ReleaseReply",
     "Reply",
     "RequestIdsFull",
+    "SettleReply",
     "ShuttingDown",
     "TakeReply",
     "Timeout",
@@ -153,6 +157,25 @@ class ReleaseReply(TypedDict):
     remaining: int
 
 
+class _SettleFields(TypedDict):
+    ok: bool
+    settled: bool
+    replay: bool
+    reserved: int
+    limit: int
+    used: int
+    remaining: int
+    reset_ms: int
+    retry_after_ms: int
+
+
+class SettleReply(_SettleFields, total=False):
+    """The reply to a settle: settled is False when the state holds no take
+    of that request_id (its window ended, say), which is not an error."""
+
+    headers: RateLimitHeaders
+
+
 class _PingFields(TypedDict):
     ok: bool
     store: str
@@ -163,6 +186,76 @@ class _PingFields(TypedDict):
 
 class PingReply(_PingFields, total=False):
     redis_error: str
+
+
+class _CheckAddress(TypedDict):
+    subject: str
+
+
+class Check(_CheckAddress, total=False):
+    """One limit of a take of several (take_checks): addressed as for take,
+    by policy or inline limits, with an optional cost of its own."""
+
+    policy: str
+    limit: int
+    window_ms: int
+    algorithm: str
+    rate: int
+    period_ms: int
+    burst: int
+    lease_ms: int
+    period: str
+    time_zone: str
+    week_start: str
+    jitter_ms: int
+    cost: int
+
+
+class _CheckFields(TypedDict):
+    allowed: bool
+    replay: bool
+    limit: int
+    used: int
+    remaining: int
+    reset_ms: int
+    retry_after_ms: int
+
+
+class CheckReply(_CheckFields, total=False):
+    """One check's decision. In a denied take, a check with room says
+    allowed and consumed nothing; skipped: the local denial answered the
+    take without asking about this check."""
+
+    lease_ms: int
+    shadow: bool
+    shadow_allowed: bool
+    degraded: bool
+    skipped: bool
+
+
+class _MultiTakeFields(TypedDict):
+    ok: bool
+    allowed: bool
+    replay: bool
+    retry_after_ms: int
+    checks: List[CheckReply]
+
+
+class MultiTakeReply(_MultiTakeFields, total=False):
+    """The reply to a take of several limits: allowed when every check
+    consumed, none having otherwise; checks in the request's order."""
+
+    degraded: bool
+    headers: RateLimitHeaders
+
+
+def _checks_request(checks: Sequence[Mapping[str, Any]], cost: int, request_id: Optional[str],
+                    timeout_ms: Optional[int], headers: bool) -> Reply:
+    if isinstance(checks, (str, bytes)) or not isinstance(checks, Sequence) or \
+            not all(isinstance(c, Mapping) for c in checks):
+        raise TypeError("checks is a list of dicts, one per limit")
+    return _request("take", dict(checks=[dict(c) for c in checks], cost=cost, request_id=request_id,
+                                 timeout_ms=timeout_ms, headers=True if headers else None))
 
 
 # -- errors ---------------------------------------------------------------
@@ -622,6 +715,44 @@ class Client:
                                        timeout_ms=timeout_ms))
         return cast(ReleaseReply, self.request(req, timeout=timeout))
 
+    def settle(self, subject: str, policy: Optional[str] = None, limit: Optional[int] = None,
+               window_ms: Optional[int] = None, *, request_id: str, cost: int,
+               algorithm: Optional[str] = None, rate: Optional[int] = None,
+               period_ms: Optional[int] = None, burst: Optional[int] = None,
+               period: Optional[str] = None, time_zone: Optional[str] = None,
+               week_start: Optional[str] = None, jitter_ms: Optional[int] = None,
+               timeout_ms: Optional[int] = None, headers: bool = False,
+               timeout: Optional[float] = None) -> SettleReply:
+        """Give the actual cost of the accepted take request_id of subject,
+        addressed as that take was: lower than it reserved gives the rest
+        back, 0 gives it all back (a refund), higher consumes the extra even
+        past the limit. The same settle again is a replay; another cost
+        raises Conflict. reply["settled"] is False when the state no longer
+        holds the take (its window ended) or never did: nothing changed,
+        which is not an error. A settle is safe to retry."""
+        req = _request("settle", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
+                                      cost=cost, request_id=request_id, algorithm=algorithm, rate=rate,
+                                      period_ms=period_ms, burst=burst, period=period,
+                                      time_zone=time_zone, week_start=week_start, jitter_ms=jitter_ms,
+                                      timeout_ms=timeout_ms, headers=True if headers else None))
+        return cast(SettleReply, self.request(req, timeout=timeout))
+
+    def take_checks(self, checks: Sequence[Check], cost: int = 1, request_id: Optional[str] = None, *,
+                    timeout_ms: Optional[int] = None, headers: bool = False,
+                    timeout: Optional[float] = None) -> MultiTakeReply:
+        """Take several limits at once, all or nothing.
+
+        checks holds 1 to 8 dicts, each addressed as for take (policy, or
+        inline limits, and subject), with an optional cost of its own; cost
+        is the take's, for the checks that give none. Either every check
+        consumes or none does: reply["allowed"] is the take's verdict and
+        reply["checks"] each check's decision, in order. The same
+        request_id replays every check; another set of checks or costs
+        under it raises Conflict.
+        """
+        req = _checks_request(checks, cost, request_id, timeout_ms, headers)
+        return cast(MultiTakeReply, self.request(req, timeout=timeout))
+
     def ping(self, *, timeout: Optional[float] = None) -> PingReply:
         """Check the sidecar and its store."""
         return cast(PingReply, self.request({"op": "ping"}, timeout=timeout))
@@ -1002,6 +1133,29 @@ class AsyncClient:
                                        algorithm=algorithm, limit=limit, lease_ms=lease_ms,
                                        timeout_ms=timeout_ms))
         return cast(ReleaseReply, await self.request(req, timeout=timeout))
+
+    async def settle(self, subject: str, policy: Optional[str] = None, limit: Optional[int] = None,
+                     window_ms: Optional[int] = None, *, request_id: str, cost: int,
+                     algorithm: Optional[str] = None, rate: Optional[int] = None,
+                     period_ms: Optional[int] = None, burst: Optional[int] = None,
+                     period: Optional[str] = None, time_zone: Optional[str] = None,
+                     week_start: Optional[str] = None, jitter_ms: Optional[int] = None,
+                     timeout_ms: Optional[int] = None, headers: bool = False,
+                     timeout: Optional[float] = None) -> SettleReply:
+        """Give the actual cost of an accepted take; see Client.settle."""
+        req = _request("settle", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
+                                      cost=cost, request_id=request_id, algorithm=algorithm, rate=rate,
+                                      period_ms=period_ms, burst=burst, period=period,
+                                      time_zone=time_zone, week_start=week_start, jitter_ms=jitter_ms,
+                                      timeout_ms=timeout_ms, headers=True if headers else None))
+        return cast(SettleReply, await self.request(req, timeout=timeout))
+
+    async def take_checks(self, checks: Sequence[Check], cost: int = 1, request_id: Optional[str] = None, *,
+                          timeout_ms: Optional[int] = None, headers: bool = False,
+                          timeout: Optional[float] = None) -> MultiTakeReply:
+        """Take several limits at once, all or nothing; see Client.take_checks."""
+        req = _checks_request(checks, cost, request_id, timeout_ms, headers)
+        return cast(MultiTakeReply, await self.request(req, timeout=timeout))
 
     async def ping(self, *, timeout: Optional[float] = None) -> PingReply:
         """Check the sidecar and its store."""

@@ -1,0 +1,208 @@
+package luascript
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// MaxChecks bounds the checks of one multi-limit take.
+const MaxChecks = 8
+
+var (
+	//go:embed multitake_redis.lua
+	multiTakeRedisSrc string
+	//go:embed multitake.lua
+	multiTakeSrc string
+
+	multiTake = newMultiTake()
+)
+
+// multiBody is a take body as multitake.lua runs it: fn, its function's
+// name; id, the index of its request_id in its ARGV; replay, the index of
+// the replay flag in its reply.
+type multiBody struct {
+	s          *script
+	body, fn   string
+	id, replay int
+}
+
+// multiBodies are the take bodies a multi-limit take can run, joined into
+// its script as they are.
+var multiBodies = []multiBody{
+	{fixedWindowTake, fixedWindowTakeBody, "fixed_window_take", 6, 3},
+	{tokenBucketTake, tokenBucketTakeBody, "token_bucket_take", 8, 2},
+	{concurrencyTake, concurrencyTakeBody, "concurrency_take", 4, 2},
+	{slidingWindowTake, slidingWindowTakeBody, "sliding_window_take", 6, 2},
+	{calendarTake, calendarTakeBody, "calendar_take", 5, 3},
+}
+
+// newMultiTake makes multitake.lua's script: the bounds, the redis its
+// bodies see, the prelude, each take body as a local function, the table
+// naming them, then multitake.lua. Each body stays the text of its own
+// script, so a single take and a check of a multi-limit take decide alike.
+func newMultiTake() *script {
+	var b strings.Builder
+	b.WriteString(boundsLua())
+	b.WriteString("local MAX_CHECKS = " + strconv.Itoa(MaxChecks) + "\n")
+	b.WriteString("\n-- multitake_redis.lua\n" + multiTakeRedisSrc)
+	b.WriteString("\n" + preludeSrc)
+	tab := "local BODIES = {\n"
+	for _, mb := range multiBodies {
+		body := mb.body
+		if strings.HasPrefix(body, "#!") {
+			_, body, _ = strings.Cut(body, "\n")
+		}
+		b.WriteString("\n-- " + mb.s.name + "\nlocal function " + mb.fn + "(KEYS, ARGV)\n" + body + "\nend\n")
+		tab += "  " + mb.fn + " = {fn = " + mb.fn + ", id = " + strconv.Itoa(mb.id) + ", replay = " + strconv.Itoa(mb.replay) + "},\n"
+	}
+	b.WriteString("\n" + tab + "}\n")
+	b.WriteString("\n-- multitake.lua\n" + multiTakeSrc)
+	src := b.String()
+	return &script{name: "multitake.lua", src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}
+}
+
+func multiBodyOf(s *script) (multiBody, bool) {
+	for _, mb := range multiBodies {
+		if mb.s == s {
+			return mb, true
+		}
+	}
+	return multiBody{}, false
+}
+
+// MultiCheck is one check of a multi-limit take.
+type MultiCheck struct {
+	// Call is the check's take, built by its algorithm's builder
+	// (TakeCall, TokenBucketTakeCall, ...) with the take's request id.
+	Call Call
+	// Shadow: the check's denial does not deny the take; it consumes when
+	// it accepts and the take does.
+	Shadow bool
+}
+
+// MultiTakeCall builds the one script call that takes every check or none
+// (multitake.lua). requestID is the take's, "" for none; digest is
+// MultiDigest of the set of checks, "" without a request id. Two checks
+// on one key are INVALID.
+func MultiTakeCall(checks []MultiCheck, requestID, digest string) (Call, error) {
+	if len(checks) < 1 || len(checks) > MaxChecks {
+		return Call{}, &Error{Code: CodeInvalid, Message: "a take has 1 to " + strconv.Itoa(MaxChecks) + " checks"}
+	}
+	if err := checkRequestID(requestID, false); err != nil {
+		return Call{}, err
+	}
+	if (requestID == "") != (digest == "") || digest != "" && !isDigest(digest) {
+		return Call{}, &Error{Code: CodeInvalid, Message: "digest must be 16 hex digits with a request id, empty without"}
+	}
+	keys := make([]string, 0, len(checks))
+	args := []string{strconv.Itoa(len(checks)), requestID, digest}
+	owner := make(map[string]int, len(checks))
+	for i, c := range checks {
+		mb, ok := multiBodyOf(c.Call.s)
+		if !ok {
+			return Call{}, &Error{Code: CodeInvalid, Message: "check " + strconv.Itoa(i+1) + ": a check is a take"}
+		}
+		if len(c.Call.args) < mb.id || c.Call.args[mb.id-1] != requestID {
+			return Call{}, &Error{Code: CodeInvalid, Message: "check " + strconv.Itoa(i+1) + ": its request_id is not the take's"}
+		}
+		for _, k := range c.Call.keys {
+			if j, dup := owner[k]; dup {
+				return Call{}, &Error{Code: CodeInvalid, Message: "checks " + strconv.Itoa(j+1) + " and " + strconv.Itoa(i+1) +
+					" count against the same limit and subject: give each once"}
+			}
+			owner[k] = i
+		}
+		args = append(args, mb.fn, flag(c.Shadow), strconv.Itoa(len(c.Call.keys)), strconv.Itoa(len(c.Call.args)))
+		args = append(args, c.Call.args...)
+		keys = append(keys, c.Call.keys...)
+	}
+	return Call{s: multiTake, keys: keys, args: args}, nil
+}
+
+// MultiDigest names a set of checks and their costs, whatever their
+// order: each part says one check (its key and cost, say), and the digest
+// is the first 16 hex digits of the SHA1 of the sorted parts. Each check's
+// request-id record keeps it, so that a take of another set under the same
+// request id is CONFLICT.
+func MultiDigest(parts []string) string {
+	s := slices.Clone(parts)
+	slices.Sort(s)
+	sum := sha1.Sum([]byte(strings.Join(s, "\n")))
+	return hex.EncodeToString(sum[:8])
+}
+
+func isDigest(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// MultiTakeResult is a multi-limit take's answer.
+type MultiTakeResult struct {
+	// Applied: every check consumed (or replayed); false when nothing was
+	// written, because a check that is not a shadow one denied.
+	Applied bool
+	// Checks are each check's reply, in order, for the parser of its own
+	// take (ParseTake, ParseTokenBucketTake, ...). When Applied is false
+	// each is what the check would have answered alone: one that accepted
+	// reports the use it would have had after consuming.
+	Checks []rueidis.RedisResult
+}
+
+// ParseMultiTake reads the result of a multi-limit take of n checks. A
+// refusal is an *Error whose message names the check ("check 2: ...");
+// nothing was written.
+func ParseMultiTake(res rueidis.RedisResult, n int) (MultiTakeResult, error) {
+	const op = "multi take"
+	if err := res.Error(); err != nil {
+		return MultiTakeResult{}, replyError(op, err)
+	}
+	arr, err := res.ToArray()
+	if err != nil {
+		return MultiTakeResult{}, malformed(op, "%v", err)
+	}
+	if len(arr) != n+1 {
+		return MultiTakeResult{}, malformed(op, "want %d values, got %d", n+1, len(arr))
+	}
+	applied, err := arr[0].ToInt64()
+	if err != nil || !isFlag(applied) {
+		return MultiTakeResult{}, malformed(op, "applied %v (%v)", applied, err)
+	}
+	r := MultiTakeResult{Applied: applied == 1, Checks: make([]rueidis.RedisResult, n)}
+	for i := range n {
+		r.Checks[i] = rueidis.NewResult(arr[i+1], nil)
+	}
+	return r, nil
+}
+
+// ExecOnOneNode sends a multi-limit take whose keys are in several hash
+// slots to the node of its first key, as one EVALSHA (EVAL on NOSCRIPT)
+// that declares every key. A routing client (a Cluster's) refuses to
+// build such a command with Exec; a store that is one node holding every
+// slot (the embedded one) runs it whole. A Redis Cluster answers it
+// CROSSSLOT and runs nothing.
+func (c Call) ExecOnOneNode(ctx context.Context, client rueidis.Client) rueidis.RedisResult {
+	if c.s == nil || len(c.keys) == 0 {
+		return rueidis.NewErrorResult(errZeroCall)
+	}
+	rest := append(slices.Clone(c.keys[1:]), c.args...)
+	n := int64(len(c.keys))
+	res := client.Do(ctx, client.B().Evalsha().Sha1(c.s.sha).Numkeys(n).Key(c.keys[0]).Arg(rest...).Build())
+	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsNoScript() {
+		res = client.Do(ctx, client.B().Eval().Script(c.s.src).Numkeys(n).Key(c.keys[0]).Arg(rest...).Build())
+	}
+	return res
+}

@@ -1,0 +1,152 @@
+-- One take of several limits, all or nothing. multitake.go joins, in this
+-- order: the bounds, multitake_redis.lua (the redis every body below sees),
+-- the prelude, each take body (fixed_window_take.lua, ...) unchanged as a
+-- local function of (KEYS, ARGV) in BODIES, then this text.
+--
+-- KEYS      every check's keys, check after check
+-- ARGV[1]   n            canonical decimal, 1..MAX_CHECKS: checks
+-- ARGV[2]   request_id   "" for none, else 1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]
+-- ARGV[3]   digest       "" without a request id, else 16 hex digits: the
+--                        set of checks and their costs (Go's MultiDigest)
+-- then for each check, in order:
+--           body         the take body's name: fixed_window_take, ...
+--           shadow       "1": its denial does not deny the take
+--           nkeys        canonical decimal: its keys, the next ones of KEYS
+--           nargs        canonical decimal: its arguments, which follow
+--           its arguments, those its body reads as ARGV (its request_id
+--           among them, equal to ARGV[2])
+--
+-- Reply {applied, reply of check 1, ..., reply of check n}: applied is 1
+-- when the take consumed, 0 when it wrote nothing; each check's reply is
+-- its body's, as Go's parser of that body reads it. An error reply is the
+-- first check's refusal, its message starting "check <i>: ", and nothing
+-- was written.
+--
+-- Two passes over the same checks:
+--
+--   1. Checking: every body runs with mt.dry set, so its reads go to Redis
+--      and its writes nowhere. A body's error reply is the take's error
+--      (with TTL_RESTORED taken off: nothing was restored). A replay of a
+--      record that a take of another set of checks wrote is CONFLICT. If a
+--      check that is not a shadow one denies, the take is denied: the
+--      reply is this pass's, with healed 0, and nothing was written.
+--   2. Applying: every body runs again with the real redis, in the same
+--      order, and its reply is the check's.
+--
+-- Why the second pass decides as the first did. No body reads what it
+-- wrote before in the same run (each reads its key first, then plans
+-- with reads, then writes; the writes of the first pass never happen), and
+-- no two checks share a key (Go refuses them), so in the second pass each
+-- body reads what it read in the first, but for a key that expired in
+-- between: Redis 7 freezes the clock of key expiry during a script, and
+-- Redis 6 may not. TIME is read once and given to both passes. So each
+-- body's inputs are the same, and so is its decision. For the one input
+-- that can differ, a key that expired:
+--   fixed window, calendar   no window is the path that always accepts
+--                            (cost <= limit);
+--   token bucket             no key is a full bucket, which accepts any
+--                            cost <= burst;
+--   sliding window           no key counts nothing, which accepts any
+--                            cost <= limit;
+--   concurrency              no key holds no lease, which grants one.
+-- So a check that accepted in the first pass accepts in the second. Were
+-- a body nevertheless to refuse there, the reply is an ERR naming it.
+--
+-- Under maxmemory (noeviction) Redis refuses only a script's first write
+-- that may grow memory. Every write of this script is in the second pass,
+-- which begins with the first check's first write: a PEXPIRE restoring a
+-- TTL (never refused), or its HSET. Refused, it ends the script before any
+-- HSET was made; after it, nothing is refused. So a full Redis leaves every
+-- key as it was (but for restored TTLs) or the whole take applied.
+
+local n = dec(ARGV[1], 1, MAX_CHECKS)
+if not n then
+  return fail('INVALID', 'want 1..' .. MAX_CHECKS .. ' checks')
+end
+local id, digest = ARGV[2], ARGV[3]
+if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID)) then
+  return fail('INVALID', REQUEST_ID_RULE)
+end
+if (id == '') ~= (digest == '') or digest ~= '' and not string.find(digest, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$') then
+  return fail('INVALID', 'digest must be 16 hex digits with a request id, empty without')
+end
+
+local checks, a, k = {}, 4, 1
+for i = 1, n do
+  local body, shadow = BODIES[ARGV[a]], ARGV[a + 1]
+  local nkeys, nargs = dec(ARGV[a + 2], 1, 3), dec(ARGV[a + 3], 1, 16)
+  if not body or (shadow ~= '0' and shadow ~= '1') or not nkeys or not nargs
+      or k + nkeys - 1 > #KEYS or a + 3 + nargs > #ARGV then
+    return fail('INVALID', 'check ' .. i .. ': want body, shadow, nkeys, nargs and its arguments')
+  end
+  local ck, ca = {}, {}
+  for j = 1, nkeys do
+    ck[j] = KEYS[k + j - 1]
+  end
+  for j = 1, nargs do
+    ca[j] = ARGV[a + 3 + j]
+  end
+  if ca[body.id] ~= id then
+    return fail('INVALID', 'check ' .. i .. ': its request_id is not the take\'s')
+  end
+  checks[i] = {body = body, shadow = shadow == '1', keys = ck, args = ca}
+  a, k = a + 4 + nargs, k + nkeys
+end
+if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
+  return fail('INVALID', 'arguments or keys left over after the checks')
+end
+
+mt.id, mt.digest = id, digest
+
+-- Runs check i: its body's reply, or nil and the take's error reply.
+local function run(i, c)
+  mt.found = nil
+  local r = c.body.fn(c.keys, c.args)
+  if type(r) ~= 'table' then
+    return nil, redis.error_reply('ERR check ' .. i .. ': its body answered no array')
+  end
+  if r.err then
+    local code, msg = string.match(r.err, '^(%S+) (.*)$')
+    if not code then
+      code, msg = r.err, ''
+    end
+    if mt.dry then
+      msg = string.gsub(msg, ' TTL_RESTORED$', '')
+    end
+    return nil, redis.error_reply(code .. ' check ' .. i .. ': ' .. msg)
+  end
+  if r[1] == 1 and r[c.body.replay] == 1 and mt.found and mt.found ~= digest then
+    return nil, redis.error_reply('CONFLICT check ' .. i ..
+      ': request id was accepted by a take of another set of checks or costs')
+  end
+  return r
+end
+
+local replies, accepted = {0}, true
+mt.dry = true
+for i = 1, n do
+  local r, err = run(i, checks[i])
+  if not r then
+    return err
+  end
+  r[#r] = 0 -- healed: nothing was restored
+  replies[i + 1] = r
+  if r[1] ~= 1 and not checks[i].shadow then
+    accepted = false
+  end
+end
+if not accepted then
+  return replies
+end
+
+mt.dry = false
+replies = {1}
+for i = 1, n do
+  local c = checks[i]
+  local r, err = run(i, c)
+  if not r then
+    return redis.error_reply('ERR check ' .. i .. ' refused in the applying pass, after the checks before it applied: ' .. (err.err or ''))
+  end
+  replies[i + 1] = r
+end
+return replies

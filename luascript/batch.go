@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -22,16 +21,12 @@ const maxCount = 255
 //go:embed batch.lua
 var batchDriver string
 
-// batchScript decides several calls, of any of scripts, in one script call
-// (batch.lua); batchIndex is each script's body index in it.
-var batchScript, batchIndex = newBatch(batchable(scripts))
-
-// batchable are the scripts a batch call runs: all but the take of several
-// limits, which is itself the take bodies joined (multitake.go) and goes
-// as a call of its own.
-func batchable(ss []*script) []*script {
-	return slices.DeleteFunc(slices.Clone(ss), func(s *script) bool { return s == multiTake })
-}
+// batchScript decides several calls, of the scripts that are the prelude
+// then a body, in one script call (batch.lua); batchIndex is each such
+// script's body index in it. The take of several limits is not one: it is
+// itself the take bodies joined (multitake.go), and goes as a call of its
+// own beside the batch's.
+var batchScript, batchIndex = newBatch(scripts)
 
 // batchBody is a script's body as a function of KEYS and ARGV: the body
 // file's top-level text, its flags line left out, so that each body stays

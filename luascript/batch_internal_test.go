@@ -56,6 +56,9 @@ func TestBatchCarriesThePreludeAndBodyScripts(t *testing.T) {
 			t.Errorf("%s: in the batch %v, the prelude then its body %v", s.name, in, joined)
 		}
 	}
+	if _, ok := batchIndex[multiTake]; ok {
+		t.Error("the take of several limits is in the batch; it is the take bodies joined, and goes alone")
+	}
 	own := &script{name: "own.lua", src: "local MINE = 1\n" + prelude + "\n-- own.lua\nreturn MINE"}
 	b, index := newBatch([]*script{fixedWindowTake, own})
 	if _, ok := index[own]; ok || index[fixedWindowTake] != 1 {

@@ -87,6 +87,16 @@ func TestScriptTestsInsideABatch(t *testing.T) {
 		{"TestCalendarHealsTTL", TestCalendarHealsTTL},
 		{"TestCalendarWrongType", TestCalendarWrongType},
 		{"TestCalendarInvalid", TestCalendarInvalid},
+		{"TestFixedWindowSettle", TestFixedWindowSettle},
+		{"TestSettleHealsAKeyWithoutTTL", TestSettleHealsAKeyWithoutTTL},
+		{"TestSlidingWindowSettle", TestSlidingWindowSettle},
+		{"TestTokenBucketSettle", TestTokenBucketSettle},
+		{"TestCalendarSettle", TestCalendarSettle},
+		{"TestSettleRefusalsWriteNothing", TestSettleRefusalsWriteNothing},
+		{"TestFullRedisRefusesASettleWhole", TestFullRedisRefusesASettleWhole},
+		{"TestCalendarSettleRefusalsAndHealing", TestCalendarSettleRefusalsAndHealing},
+		{"TestSlidingWindowSettleNoWindowAndHealing", TestSlidingWindowSettleNoWindowAndHealing},
+		{"TestTokenBucketSettlePolicyChangeAndForgetting", TestTokenBucketSettlePolicyChangeAndForgetting},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			viaBatch = true

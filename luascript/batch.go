@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -22,46 +21,53 @@ const maxCount = 255
 //go:embed batch.lua
 var batchDriver string
 
-// batchScript decides several calls, of any of scripts, in one script call
-// (batch.lua); batchIndex is each script's body index in it.
-var batchScript, batchIndex = newBatch(batchable(scripts))
+// batchScript decides several calls, of the scripts that are the prelude
+// then a body, in one script call (batch.lua); batchIndex is each such
+// script's body index in it. The take of several limits is not one: it is
+// itself the take bodies joined (multitake.go), and goes as a call of its
+// own beside the batch's.
+var batchScript, batchIndex = newBatch(scripts)
 
-// batchable are the scripts a batch call runs: all but the take of several
-// limits, which is itself the take bodies joined (multitake.go) and goes
-// as a call of its own.
-func batchable(ss []*script) []*script {
-	return slices.DeleteFunc(slices.Clone(ss), func(s *script) bool { return s == multiTake })
-}
-
-// wrapBody is a script's body as a function of KEYS and ARGV: the body
+// batchBody is a script's body as a function of KEYS and ARGV: the body
 // file's top-level text, its flags line left out, so that each body stays
-// written once.
-func wrapBody(s *script) string {
-	_, body, ok := strings.Cut(s.src, "\n-- "+s.name+"\n")
-	if !ok {
-		panic("luascript: no body in the text of " + s.name)
+// written once. ok is false for a script whose text is not the prelude
+// then its body (join): one composed otherwise needs more than the
+// prelude, and is sent alone.
+func batchBody(s *script) (fn string, ok bool) {
+	head, body, ok := strings.Cut(s.src, "\n-- "+s.name+"\n")
+	if strings.HasPrefix(head, "#!") {
+		_, head, _ = strings.Cut(head, "\n")
 	}
-	return "function(KEYS, ARGV)\n" + body + "\nend"
+	if !ok || head != prelude {
+		return "", false
+	}
+	return "function(KEYS, ARGV)\n" + body + "\nend", true
 }
 
-// newBatch composes the batch script of ss: the prelude, BODY, which makes
-// the function of each body when the driver first needs it, and the
-// driver.
+// newBatch composes the batch script of the scripts of ss that are the
+// prelude then a body: the prelude, BODY, which makes the function of each
+// body when the driver first needs it, and the driver. The index is each
+// such script's body number.
 func newBatch(ss []*script) (*script, map[*script]byte) {
-	if len(ss) > maxCount {
-		panic("luascript: more scripts than a batch layout can name")
-	}
 	var b strings.Builder
 	b.WriteString(prelude)
-	b.WriteString("\n-- BODY(i) is the function of the i-th script's body (batch.go).\n")
+	b.WriteString("\n-- BODY(i) is the function of the i-th body (batch.go).\n")
 	b.WriteString("local function BODY(i)\n")
 	index := make(map[*script]byte, len(ss))
-	for i, s := range ss {
-		index[s] = byte(i + 1)
-		fmt.Fprintf(&b, "  if i == %d then\n    -- %s\n    return %s\n  end\n", i+1, s.name, wrapBody(s))
+	for _, s := range ss {
+		fn, ok := batchBody(s)
+		if !ok {
+			continue
+		}
+		if len(index) == maxCount {
+			panic("luascript: more scripts than a batch layout can name")
+		}
+		n := len(index) + 1
+		index[s] = byte(n)
+		fmt.Fprintf(&b, "  if i == %d then\n    -- %s\n    return %s\n  end\n", n, s.name, fn)
 	}
 	b.WriteString("end\n")
-	fmt.Fprintf(&b, "local NBODIES = %d\nlocal MAX_BATCH = %d\n\n-- batch.lua\n", len(ss), MaxBatch)
+	fmt.Fprintf(&b, "local NBODIES = %d\nlocal MAX_BATCH = %d\n\n-- batch.lua\n", len(index), MaxBatch)
 	b.WriteString(batchDriver)
 	src := b.String()
 	return &script{name: "batch.lua", src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}, index

@@ -1,7 +1,9 @@
 -- The batch driver: several decisions, of any algorithm and op, in one
 -- script call. batch.go composes the batch script at init: the prelude,
 -- then BODY(i), which makes the function of body i, then this driver. Body
--- i is the i-th script of scripts in load.go, its file's text wrapped as
+-- i is the i-th of the scripts in load.go whose text is the prelude then
+-- their body (not the take of several limits, which goes alone), its
+-- file's text wrapped as
 --
 --   function(KEYS, ARGV) <body> end
 --
@@ -32,8 +34,10 @@
 -- raises in a body's redis.call (OOM) or a Lua runtime error ends that
 -- decision there and is answered as its error element (Redis's error
 -- with its code; "ERR " and the message for a runtime error), and the
--- next decision runs. The writes of
--- the earlier decisions stay, as they would after their lone calls.
+-- next decision runs. What the earlier decisions wrote stays, as after
+-- their lone calls, and so does what a body wrote before a runtime error,
+-- as Redis keeps it after a lone script's. Every decision of the call
+-- reads the same instant of Redis's clock (the prelude's redis_now).
 --
 -- Under maxmemory (noeviction) Redis refuses a script's first write that
 -- may grow memory, and allows every write after one succeeded (it checks

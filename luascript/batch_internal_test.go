@@ -3,6 +3,7 @@ package luascript
 import (
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -35,4 +36,39 @@ func seq(from, to int) []int {
 		s = append(s, i)
 	}
 	return s
+}
+
+// Every script that is the prelude then its body is in the batch; one
+// composed otherwise (its own helpers before the prelude) is left out, so
+// that ExecBatch sends it alone.
+func TestBatchCarriesThePreludeAndBodyScripts(t *testing.T) {
+	for _, s := range scripts {
+		// join's text: the flags line if any, the prelude, the body.
+		_, body, _ := strings.Cut(s.src, "\n-- "+s.name+"\n")
+		flags, _, _ := strings.Cut(s.src, "\n")
+		if !strings.HasPrefix(flags, "#!") {
+			flags = ""
+		} else {
+			flags += "\n"
+		}
+		_, in := batchIndex[s]
+		if joined := join(s.name, flags+body) == s.src; in != joined {
+			t.Errorf("%s: in the batch %v, the prelude then its body %v", s.name, in, joined)
+		}
+	}
+	if _, ok := batchIndex[multiTake]; ok {
+		t.Error("the take of several limits is in the batch; it is the take bodies joined, and goes alone")
+	}
+	own := &script{name: "own.lua", src: "local MINE = 1\n" + prelude + "\n-- own.lua\nreturn MINE"}
+	b, index := newBatch([]*script{fixedWindowTake, own})
+	if _, ok := index[own]; ok || index[fixedWindowTake] != 1 {
+		t.Errorf("batch index %v: want the fixed window take as 1 and no own.lua", index)
+	}
+	if strings.Contains(b.src, "return MINE") {
+		t.Error("the batch holds a body composed without the prelude alone")
+	}
+	groups := groupCalls(false, []Call{{s: own, keys: []string{"k"}}, {s: own, keys: []string{"k"}}})
+	if !reflect.DeepEqual(groups, [][]int{{0}, {1}}) {
+		t.Errorf("groups of a script outside the batch = %v, want each alone", groups)
+	}
 }

@@ -53,33 +53,57 @@ if #KEYS ~= 3 or #ARGV ~= 10 then
 end
 local limit_s, cost_s, maxids_s, strict, id, spec = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 
-local limit = dec(limit_s, 1, MAX_LIMIT)
+-- Every argument but the spec at once, the usual case: one match of them
+-- joined by ':' (none of the parts can hold one, so each is matched whole,
+-- as dec and the request id's pattern would), then their bounds in
+-- arithmetic. A canonical decimal in bounds has at most 16 digits, so each
+-- value is exact. Any other arguments go through the checks one by one,
+-- which say what is wrong, in the same order; both accept exactly the same
+-- arguments.
+local limit, cost, maxids, edges
+if string.find(limit_s .. ':' .. cost_s .. ':' .. maxids_s .. ':' .. strict .. ':' .. id .. ':' .. ARGV[7] .. ':' ..
+    ARGV[8] .. ':' .. ARGV[9] .. ':' .. ARGV[10],
+    '^[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*$') then
+  limit, cost, maxids = limit_s + 0, cost_s + 0, maxids_s + 0
+  edges = {ARGV[7] + 0, ARGV[8] + 0, ARGV[9] + 0, ARGV[10] + 0}
+  if limit > MAX_LIMIT or cost > limit or maxids > MAX_REQUEST_IDS or #id > MAX_REQUEST_ID_BYTES
+      or edges[4] > MAX_EXACT or edges[2] <= edges[1] or edges[3] <= edges[2] or edges[4] <= edges[3]
+      or edges[2] - edges[1] > MAX_PERIOD_MS or edges[3] - edges[2] > MAX_PERIOD_MS
+      or edges[4] - edges[3] > MAX_PERIOD_MS then
+    limit, edges = nil, nil
+  end
+end
 if not limit then
-  return reply_error('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
-end
-local cost = dec(cost_s, 1, limit)
-if not cost then
-  return reply_error('INVALID', 'cost must be a decimal in 1..limit')
-end
-local maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
-if not maxids then
-  return reply_error('INVALID', 'max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
-end
-if strict ~= '0' and strict ~= '1' then
-  return reply_error('INVALID', 'strict must be 0 or 1')
-end
-if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, '^[A-Za-z0-9_%-]+$')) then
-  return reply_error('INVALID', 'request id must be 1..' .. MAX_REQUEST_ID_BYTES .. ' of A-Z a-z 0-9 _ -')
+  limit = dec(limit_s, 1, MAX_LIMIT)
+  if not limit then
+    return reply_error('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
+  end
+  cost = dec(cost_s, 1, limit)
+  if not cost then
+    return reply_error('INVALID', 'cost must be a decimal in 1..limit')
+  end
+  maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
+  if not maxids then
+    return reply_error('INVALID', 'max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
+  end
+  if strict ~= '0' and strict ~= '1' then
+    return reply_error('INVALID', 'strict must be 0 or 1')
+  end
+  if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, '^[A-Za-z0-9_%-]+$')) then
+    return reply_error('INVALID', 'request id must be 1..' .. MAX_REQUEST_ID_BYTES .. ' of A-Z a-z 0-9 _ -')
+  end
 end
 if #spec > 128 or string.sub(spec, 1, #limit_s + 1) ~= limit_s .. ':'
     or not string.match(spec, '^[0-9]+:[a-z]+:[A-Za-z0-9_/+%-]+:[a-z-]+:[0-9]+$') then
   return reply_error('INVALID', 'spec must be limit:period:zone:week_start:jitter_ms')
 end
-local edges = {}
-for i = 1, 4 do
-  edges[i] = dec(ARGV[6 + i], 0, MAX_EXACT)
-  if not edges[i] or (i > 1 and (edges[i] <= edges[i - 1] or edges[i] - edges[i - 1] > MAX_PERIOD_MS)) then
-    return reply_error('INVALID', 'edges must be 4 increasing decimals, at most ' .. MAX_PERIOD_MS .. ' ms apart')
+if not edges then
+  edges = {}
+  for i = 1, 4 do
+    edges[i] = dec(ARGV[6 + i], 0, MAX_EXACT)
+    if not edges[i] or (i > 1 and (edges[i] <= edges[i - 1] or edges[i] - edges[i - 1] > MAX_PERIOD_MS)) then
+      return reply_error('INVALID', 'edges must be 4 increasing decimals, at most ' .. MAX_PERIOD_MS .. ' ms apart')
+    end
   end
 end
 

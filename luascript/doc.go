@@ -187,9 +187,9 @@
 // # Batches
 //
 // The batch script (batch.lua, composed in batch.go) decides several calls
-// in one script call: the prelude, each script's body wrapped as a
-// function of KEYS and ARGV (made when a decision of the call first needs
-// it), and a driver that hands each decision its own keys and arguments
+// in one script call: the prelude, the body of each script that is the
+// prelude then a body, wrapped as a function of KEYS and ARGV (made when a
+// decision of the call first needs it), and a driver that hands each decision its own keys and arguments
 // and runs its body under pcall. A decision in a batch is the same code as
 // alone and answers what its lone script would: its reply, or its error as
 // its element of the batch's reply, the others untouched. ExecBatch groups

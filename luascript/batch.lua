@@ -2,8 +2,8 @@
 -- script call. batch.go composes the batch script at init: the prelude,
 -- then BODY(i), which makes the function of body i, then this driver. Body
 -- i is the i-th of the scripts in load.go whose text is the prelude then
--- their body (not the take of several limits, which goes alone), its
--- file's text wrapped as
+-- their body (the take of several limits too: its body holds its take
+-- bodies), its file's text wrapped as
 --
 --   function(KEYS, ARGV) <body> end
 --

@@ -30,8 +30,7 @@ var (
 // newMultiScript is a script of the take of several limits: the prelude,
 // then, after the line naming it, its body, which starts with MAX_CHECKS.
 // Like every script's, its body is whole after that line, so that the
-// batch script (batch.go) can run it as a function (the give back; a take
-// of several limits goes beside a batch).
+// batch script (batch.go) can run it as a function.
 func newMultiScript(name, body string) *script {
 	src := prelude + "\n-- " + name + "\n" + "local MAX_CHECKS = " + strconv.Itoa(MaxChecks) + "\n" + body
 	return &script{name: name, src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}

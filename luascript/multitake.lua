@@ -4,8 +4,7 @@
 -- the prelude's helpers again (bound to that redis), each take body
 -- (fixed_window_take.lua, ...) unchanged as a local function of (KEYS,
 -- ARGV) in BODIES, then this text. The body is whole by itself, as every
--- script's is (the batch script sends this one beside a batch, not in it:
--- batch.go).
+-- script's is, so the batch script (batch.go) runs it as it runs any.
 --
 -- KEYS      every check's keys, check after check
 -- ARGV[1]   n            canonical decimal, 1..MAX_CHECKS: checks

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
 
+	"quotad/keyslot"
 	"quotad/limits"
 	"quotad/luascript"
 	"quotad/policy"
@@ -118,7 +119,7 @@ func (d *Dispatcher) prepareMulti(req *protocol.Request, dec *Decision) (string,
 		}
 		calls[i] = luascript.MultiCheck{Call: call, Shadow: l.Shadow}
 		parts[i] = multiDigestPart(l.Algorithm.Name(), c.key, c.req.Cost)
-		if s := int(luascript.KeySlot(c.key)); slot >= 0 && s != slot {
+		if s := int(keyslot.Of(c.key)); slot >= 0 && s != slot {
 			m.crossSlot = true
 		} else {
 			slot = s

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
 
+	"quotad/keyslot"
 	"quotad/luascript"
 	"quotad/protocol"
 )
@@ -50,7 +51,7 @@ func (m *multi) slotGroups() [][]int {
 	var groups [][]int
 	at := map[uint16]int{}
 	for i, c := range m.checks {
-		s := luascript.KeySlot(c.key)
+		s := keyslot.Of(c.key)
 		g, ok := at[s]
 		if !ok {
 			g = len(groups)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"quotad/integration/redistest"
+	"quotad/keyslot"
 	"quotad/luascript"
 )
 
@@ -29,7 +30,7 @@ func TestMultiTakeOnACluster(t *testing.T) {
 	owners := map[*redistest.Server]bool{}
 	for n := 0; len(tenants) < 3; n++ {
 		tag := "{tenant-" + strconv.Itoa(n) + "}"
-		if o := c.Owner(t, int(luascript.KeySlot(tag))); !owners[o] {
+		if o := c.Owner(t, int(keyslot.Of(tag))); !owners[o] {
 			owners[o] = true
 			tenants = append(tenants, tag)
 		}
@@ -78,7 +79,7 @@ func TestMultiTakeOnACluster(t *testing.T) {
 	}
 	var accepted int64
 	for _, tenant := range tenants {
-		owner := c.Owner(t, int(luascript.KeySlot(tenant)))
+		owner := c.Owner(t, int(keyslot.Of(tenant)))
 		for u := range 7 {
 			k := userKey(tenant, u)
 			used := int64(0)
@@ -109,7 +110,7 @@ func TestMultiTakeOnACluster(t *testing.T) {
 	wantError(t, rep, "INVALID")
 	for _, s := range []string{"alone-a", "alone-b"} {
 		k := luascript.FixedWindowKey(p.prefix, "", s)
-		if n := redisInt(t, c.Owner(t, int(luascript.KeySlot(k))), "EXISTS", k); n != 0 {
+		if n := redisInt(t, c.Owner(t, int(keyslot.Of(k))), "EXISTS", k); n != 0 {
 			t.Errorf("%s exists after the refused take", k)
 		}
 	}
@@ -125,7 +126,7 @@ func subjectsOnMasters(t *testing.T, c *redistest.Cluster, n int, key func(subje
 	owners := map[*redistest.Server]bool{}
 	for i := 0; len(out) < n; i++ {
 		s := name + "-" + strconv.Itoa(i)
-		if o := c.Owner(t, int(luascript.KeySlot(key(s)))); !owners[o] {
+		if o := c.Owner(t, int(keyslot.Of(key(s)))); !owners[o] {
 			owners[o] = true
 			out = append(out, s)
 		}
@@ -150,10 +151,10 @@ func TestMultiTakeStepsOnACluster(t *testing.T) {
 	var tenant, global string
 	for i := 0; tenant == "" || global == ""; i++ {
 		s := "x-" + strconv.Itoa(i)
-		if tenant == "" && c.Owner(t, int(luascript.KeySlot(sw(s)))) == c.Owner(t, int(luascript.KeySlot(fw(ms[1])))) {
+		if tenant == "" && c.Owner(t, int(keyslot.Of(sw(s)))) == c.Owner(t, int(keyslot.Of(fw(ms[1])))) {
 			tenant = s
 		}
-		if global == "" && c.Owner(t, int(luascript.KeySlot(tb(s)))) == c.Owner(t, int(luascript.KeySlot(fw(ms[2])))) {
+		if global == "" && c.Owner(t, int(keyslot.Of(tb(s)))) == c.Owner(t, int(keyslot.Of(fw(ms[2])))) {
 			global = s
 		}
 	}
@@ -198,7 +199,7 @@ func TestMultiTakeStepsOnACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := func(key, field string) int64 {
-		s, err := c.Owner(t, int(luascript.KeySlot(key))).Do(t, "HGET", key, field).ToString()
+		s, err := c.Owner(t, int(keyslot.Of(key))).Do(t, "HGET", key, field).ToString()
 		if err != nil {
 			return 0
 		}
@@ -232,7 +233,7 @@ func TestMultiTakeStepsSidecarKilledBetweenSteps(t *testing.T) {
 	p.waitReady(t)
 	fw := func(s string) string { return luascript.FixedWindowKey(p.prefix, "", s) }
 	ss := subjectsOnMasters(t, c, 2, fw, "k")
-	first, second := c.Owner(t, int(luascript.KeySlot(fw(ss[0])))), c.Owner(t, int(luascript.KeySlot(fw(ss[1]))))
+	first, second := c.Owner(t, int(keyslot.Of(fw(ss[0])))), c.Owner(t, int(keyslot.Of(fw(ss[1]))))
 	line := `{"op":"take","request_id":"kill-1","checks":[{"subject":"` + ss[0] + `","limit":5,"window_ms":60000},` +
 		`{"subject":"` + ss[1] + `","limit":5,"window_ms":60000}]}`
 
@@ -282,7 +283,7 @@ func TestMultiTakeStepsSidecarKilledBetweenSteps(t *testing.T) {
 		t.Fatalf("retry %s: want the first check replayed", rep)
 	}
 	for i, s := range ss {
-		if used := redisInt(t, c.Owner(t, int(luascript.KeySlot(fw(s)))), "HGET", fw(s), "used"); used != 1 {
+		if used := redisInt(t, c.Owner(t, int(keyslot.Of(fw(s)))), "HGET", fw(s), "used"); used != 1 {
 			t.Errorf("check %d: used %d after the retry, want 1", i+1, used)
 		}
 	}

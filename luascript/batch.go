@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"quotad/keyslot"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -167,7 +168,7 @@ func groupCalls(cluster bool, calls []Call) [][]int {
 		n, ok := filling, filling >= 0
 		var slot uint16
 		if cluster {
-			slot = KeySlot(c.keys[0])
+			slot = keyslot.Of(c.keys[0])
 			n, ok = open[slot]
 		}
 		if ok && len(groups[n]) < MaxBatch {
@@ -231,36 +232,3 @@ func splitBatch(res []rueidis.RedisResult, g []int, r rueidis.RedisResult) {
 		res[i] = rueidis.NewResult(arr[k], nil)
 	}
 }
-
-// KeySlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
-// hash tag (what is between its first '{' and the next '}', when not
-// empty) or of the whole key, modulo 16384.
-func KeySlot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc = crc<<8 ^ crc16[byte(crc>>8)^key[i]]
-	}
-	return crc & 16383
-}
-
-// crc16 is the table of CRC16-XMODEM (polynomial 0x1021), as Redis hashes
-// keys.
-var crc16 = func() (t [256]uint16) {
-	for i := range t {
-		crc := uint16(i) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-		t[i] = crc
-	}
-	return t
-}()

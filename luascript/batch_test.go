@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"quotad/integration/redistest"
+	"quotad/keyslot"
 	"quotad/limits"
 	"quotad/luascript"
 )
@@ -236,7 +237,7 @@ func TestMixedBatchOnAClusterAnswersAsAlone(t *testing.T) {
 	calls, keys := mixedBatch(t, e, lone)
 	slots := map[uint16]bool{}
 	for _, call := range calls {
-		slots[luascript.KeySlot(call.Key())] = true
+		slots[keyslot.Of(call.Key())] = true
 	}
 	if len(slots) < 3 {
 		t.Fatalf("the batch spans %d slots; want several", len(slots))
@@ -594,7 +595,7 @@ func TestBatchErrorInOneBodyIsThatDecisionsOwn(t *testing.T) {
 	}
 }
 
-// KeySlot is Redis's own CLUSTER KEYSLOT, and a Cluster batch goes as one
+// keyslot.Of is Redis's own CLUSTER KEYSLOT, and a Cluster batch goes as one
 // script call per hash slot, each to its slot's node, answering every
 // decision as alone.
 func TestBatchOnAClusterSplitsBySlot(t *testing.T) {
@@ -605,8 +606,8 @@ func TestBatchOnAClusterSplitsBySlot(t *testing.T) {
 		if err != nil {
 			t.Fatalf("CLUSTER KEYSLOT %q: %v", k, err)
 		}
-		if got := luascript.KeySlot(k); int64(got) != want {
-			t.Errorf("KeySlot(%q) = %d, CLUSTER KEYSLOT %d", k, got, want)
+		if got := keyslot.Of(k); int64(got) != want {
+			t.Errorf("keyslot.Of(%q) = %d, CLUSTER KEYSLOT %d", k, got, want)
 		}
 	}
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{node.Addr()}, DisableCache: true})
@@ -625,7 +626,7 @@ func TestBatchOnAClusterSplitsBySlot(t *testing.T) {
 	for i := range 40 {
 		// Eight subjects, five decisions each, interleaved.
 		k := luascript.FixedWindowKey(prefix, "pol", "s"+strconv.Itoa(i%8))
-		slots[luascript.KeySlot(k)]++
+		slots[keyslot.Of(k)]++
 		calls = append(calls, m(luascript.TakeCall(args(k, 3, 1, ""))))
 	}
 	for _, n := range cl.Masters {

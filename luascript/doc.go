@@ -151,7 +151,7 @@
 //	sliding window           "<cost>:<used>:<expiry ms>:m<digest>:<expiry ms>"
 //
 // A concurrency check's record is its lease, which holds no digest. On a
-// Redis Cluster the keys of one call must share a slot (KeySlot); a
+// Redis Cluster the keys of one call must share a slot (keyslot.Of); a
 // subject's own hash tag makes them (key.go). A take whose keys do not is
 // taken a slot at a time by the dispatcher, and multitake_giveback.lua
 // (MultiGiveBackCall) gives back a slot's checks, found by their records,
@@ -193,7 +193,7 @@
 // and runs its body under pcall. A decision in a batch is the same code as
 // alone and answers what its lone script would: its reply, or its error as
 // its element of the batch's reply, the others untouched. ExecBatch groups
-// calls by Redis node (by hash slot on a Cluster, KeySlot), at most
+// calls by Redis node (by hash slot on a Cluster, keyslot.Of), at most
 // MaxBatch a call, sends a group of one as its own script, sends every
 // group in one DoMulti, resends a group once with EVAL on NOSCRIPT (it ran
 // nothing) and never otherwise. Under maxmemory a decision's first write

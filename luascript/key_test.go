@@ -3,6 +3,7 @@ package luascript_test
 import (
 	"testing"
 
+	"quotad/keyslot"
 	"quotad/luascript"
 )
 
@@ -53,8 +54,8 @@ func TestSubjectHashTag(t *testing.T) {
 		t.Fatalf("keys %q", keys)
 	}
 	for _, k := range keys {
-		if got, want := luascript.KeySlot(k), luascript.KeySlot("{tenant-42}"); got != want {
-			t.Errorf("KeySlot(%q) = %d, want the tag's %d", k, got, want)
+		if got, want := keyslot.Of(k), keyslot.Of("{tenant-42}"); got != want {
+			t.Errorf("keyslot.Of(%q) = %d, want the tag's %d", k, got, want)
 		}
 	}
 	seen := map[string]string{}

@@ -372,18 +372,6 @@ func TestMultiTakeFullRedisWritesNothing(t *testing.T) {
 	sameState(t, "after the refusal", e.state(checks), before)
 }
 
-// KeySlot is Redis's: the values of the Redis Cluster specification.
-func TestKeySlot(t *testing.T) {
-	for key, want := range map[string]uint16{
-		"123456789": 12739, "foo{hash_tag}": 2515, "{hash_tag}bar": 2515, "somekey": 11058, "foo{}{bar}": 8363,
-		"foo{{bar}}zap": 4015,
-	} {
-		if got := luascript.KeySlot(key); got != want {
-			t.Errorf("KeySlot(%q) = %d, want %d", key, got, want)
-		}
-	}
-}
-
 // The give back of an accepted step leaves each check's state as before
 // the take, once: a second give back finds nothing to give.
 func TestMultiGiveBackUndoesATake(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"quotad/keyslot"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +46,7 @@ func routingRefresh(probeInterval time.Duration) time.Duration {
 }
 
 // slotCount is the number of hash slots of a Redis Cluster.
-const slotCount = 16384
+const slotCount = keyslot.Count
 
 // clusterHealth is the health of a Redis Cluster, node by node: the slot
 // map as the nodes report it (CLUSTER SLOTS, which quotad's ACL allows) and
@@ -153,7 +154,7 @@ func (s *Store) Nodes() []NodeHealth {
 
 // check is Store.Check on a Cluster.
 func (ch *clusterHealth) check(key string) error {
-	if n := ch.slots.Load().slots[keySlot(key)]; n != nil && n.health.Load() == healthDown {
+	if n := ch.slots.Load().slots[keyslot.Of(key)]; n != nil && n.health.Load() == healthDown {
 		return n.downErr
 	}
 	return nil
@@ -190,7 +191,7 @@ func (ch *clusterHealth) lastError() error {
 // its failure must not stop the promoted replica.
 func (ch *clusterHealth) observe(key string, err error) {
 	m := ch.slots.Load()
-	slot := keySlot(key)
+	slot := keyslot.Of(key)
 	n := m.slots[slot]
 	if err == nil || isRedisReply(err) {
 		if err != nil && mapIsStale(err) {
@@ -508,35 +509,3 @@ func buildSlotMap(ranges []slotRange, old *slotMap, every time.Duration) *slotMa
 	}
 	return m
 }
-
-// keySlot is the Cluster hash slot of key: CRC16 (XMODEM) of its hash tag,
-// the part between the first "{" and the next "}" when that is not empty,
-// or of the whole key otherwise.
-func keySlot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc = crc<<8 ^ crc16Table[byte(crc>>8)^key[i]]
-	}
-	return crc & (slotCount - 1)
-}
-
-// crc16Table is CRC16-XMODEM's (polynomial 0x1021), as Redis hashes keys.
-var crc16Table = func() (t [256]uint16) {
-	for i := range t {
-		crc := uint16(i) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-		t[i] = crc
-	}
-	return t
-}()

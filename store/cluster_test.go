@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"quotad/integration/redistest"
+	"quotad/keyslot"
 )
 
 // testClusterHealth is a clusterHealth over two masters, a:1 serving slots
@@ -27,7 +28,7 @@ func testClusterHealth(t *testing.T) (ch *clusterHealth, onA, onB string) {
 	}
 	for i := 0; onA == "" || onB == ""; i++ {
 		k := fmt.Sprintf("qt:fw:{i:s%d}", i)
-		if keySlot(k) < 8192 {
+		if keyslot.Of(k) < 8192 {
 			onA = k
 		} else {
 			onB = k
@@ -140,7 +141,7 @@ func TestStandaloneCheckIsTheBreaker(t *testing.T) {
 }
 
 // keySlot agrees with Redis's CLUSTER KEYSLOT, hash tags included.
-func TestKeySlotIsRedisCluster(t *testing.T) {
+func TestKeyslotIsRedisCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 1)
 	n := c.Masters[0]
 	for _, k := range []string{"", "a", "123456789", "qt:fw:{i:alice}", "{}x", "x{}{y}", "{a}{b}", "a{b", "a}b{c}", "\xff\x00{\xfe}"} {
@@ -148,8 +149,8 @@ func TestKeySlotIsRedisCluster(t *testing.T) {
 		if err != nil {
 			t.Fatalf("CLUSTER KEYSLOT %q: %v", k, err)
 		}
-		if got := keySlot(k); int64(got) != want {
-			t.Errorf("keySlot(%q) = %d, redis says %d", k, got, want)
+		if got := keyslot.Of(k); int64(got) != want {
+			t.Errorf("keyslot.Of(%q) = %d, redis says %d", k, got, want)
 		}
 	}
 }
@@ -165,7 +166,7 @@ func TestClusterStoreFailover(t *testing.T) {
 	var onDead, onLive string
 	for i := 0; onDead == "" || onLive == ""; i++ {
 		k := fmt.Sprintf("qt:{s%d}", i)
-		switch c.Owner(t, int(keySlot(k))) {
+		switch c.Owner(t, int(keyslot.Of(k))) {
 		case c.Masters[1]:
 			onDead = k
 		case c.Masters[0]:

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"quotad/limits"
@@ -44,8 +45,9 @@ type denyShard struct {
 	mu sync.Mutex
 	m  map[string]denyEntry
 	// settles counts the settles on the shard's keys: a take that ran
-	// before one is not remembered as denied (record).
-	settles uint64
+	// before one is not remembered as denied (record). Written under mu,
+	// read without it when a take starts (generation).
+	settles atomic.Uint64
 }
 
 type denyEntry struct {
@@ -119,7 +121,7 @@ func (d *localDeny) record(dec *Decision, hold time.Duration, need int64) {
 		delete(sh.m, dec.key)
 		return
 	}
-	if sh.settles != dec.denyGen {
+	if sh.settles.Load() != dec.denyGen {
 		// A settle on the shard ran meanwhile and may have freed what
 		// this denial found taken.
 		return
@@ -140,17 +142,14 @@ func (d *localDeny) forget(key string) {
 	sh := d.shard(key)
 	sh.mu.Lock()
 	delete(sh.m, key)
-	sh.settles++
+	sh.settles.Add(1)
 	sh.mu.Unlock()
 }
 
 // generation is the count of settles on key's shard, taken when a take
 // runs, for record.
 func (d *localDeny) generation(key string) uint64 {
-	sh := d.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return sh.settles
+	return d.shard(key).settles.Load()
 }
 
 // evict makes room: ended entries first, else an arbitrary quarter, so

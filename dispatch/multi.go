@@ -152,17 +152,16 @@ func (d *Dispatcher) refuse(dec *Decision, err error) (string, bool) {
 	return "", true
 }
 
-// Keys are the Redis keys dec decides on, for the same-key order: its
-// checks' keys, or the one key Prepare returned.
-func (dec *Decision) Keys() []string {
+// AppendKeys appends to dst the Redis keys dec decides on, for the
+// same-key order: its checks' keys, or the one key Prepare returned.
+func (dec *Decision) AppendKeys(dst []string) []string {
 	if dec.multi == nil {
-		return []string{dec.key}
+		return append(dst, dec.key)
 	}
-	keys := make([]string, len(dec.multi.checks))
-	for i, c := range dec.multi.checks {
-		keys[i] = c.key
+	for _, c := range dec.multi.checks {
+		dst = append(dst, c.key)
 	}
-	return keys
+	return dst
 }
 
 // sendableMulti is sendable's extra condition for a take of checks: on a

@@ -268,14 +268,11 @@ func (c *conn) start(line []byte) {
 	}
 	c.running.Add(1)
 	c.place(sl) // the reply's place comes before the request runs
-	key, decided := c.s.dispatch.Prepare(req, &sl.dec)
-	if decided {
+	if _, decided := c.s.dispatch.Prepare(req, &sl.dec); decided {
 		return // refused: Done was called, and sl may be gone
 	}
-	keys := []string{key}
-	if len(req.Checks) > 0 {
-		keys = sl.dec.Keys()
-	}
+	var one [1]string // a take of one limit's key, without an allocation
+	keys := sl.dec.AppendKeys(one[:0])
 	c.mu.Lock()
 	for _, k := range keys {
 		sl.links = append(sl.links, keyLink{key: k})

@@ -97,8 +97,11 @@ end
 -- bucket pays for gcra alone.
 local function gcra(rate, period, burst, now)
   -- Exact integer quotient and remainder for 0 <= n < 2^53, 0 < d < 2^31.
+  -- (n - n % d) / d is math.floor(n / d), exactly (n % d is n - floor(n /
+  -- d) * d, a product and a difference of integers under 2^53), without a
+  -- C call; either may be off by one, which the steps after correct.
   local function divmod(n, d)
-    local q = math.floor(n / d)
+    local q = (n - n % d) / d
     local r = n - q * d
     if r < 0 then
       q, r = q - 1, r + d
@@ -113,8 +116,8 @@ local function gcra(rate, period, burst, now)
   -- n tokens last span(n). n*b can reach 2^60, so it is multiplied in two
   -- halves.
   local function span(n)
-    local hi = math.floor(n / 65536)
-    local lo = n - hi * 65536
+    local lo = n % 65536
+    local hi = (n - lo) / 65536
     local q1, r1 = divmod(hi * b, rate)
     local q2, r2 = divmod(r1 * 65536 + lo * b, rate)
     return n * a + q1 * 65536 + q2, r2
@@ -165,7 +168,8 @@ local function gcra(rate, period, burst, now)
     if dr > 0 then
       du = du + 1
     end
-    return math.floor((du + 999) / 1000)
+    du = du + 999
+    return (du - du % 1000) / 1000
   end
   -- Whole tokens in the bucket when the TAT is (u, r): the most n with
   -- span(n) <= now + tau - TAT. Estimated in floating point, then made exact.
@@ -174,8 +178,13 @@ local function gcra(rate, period, burst, now)
     if su < 0 then
       return 0
     end
-    local n = math.floor((su + sr / rate) * rate / period_us)
-    n = math.max(0, math.min(n, burst))
+    local n = (su + sr / rate) * rate / period_us
+    n = n - n % 1
+    if n > burst then
+      n = burst
+    elseif n < 0 then
+      n = 0
+    end
     while n < burst do
       local nu, nr = span(n + 1)
       if not le(nu, nr, su, sr) then

@@ -116,6 +116,7 @@ if pttl ~= -2 then
     return fail('WRONGTYPE', NOT_OURS .. 'token bucket: a hash with other fields')
   end
 end
+local stored_ids = ids
 tat, rem = g.rebase(tat, rem, pttl == -2 or stored == policy)
 
 -- The key lives until the bucket is full again, and as long as its newest
@@ -194,40 +195,50 @@ if rf then
 end
 qh = qh + popped
 
+-- Only what changed is written: ids, qh and qt absent read as 0, so a
+-- bucket that never held a request id has none of them.
 local remaining = g.tokens(new_u, new_r)
+local ttl = g.ms_until(new_u, new_r)
 local fields = {'tat', string.format('%d', new_u), 'rem', string.format('%d', new_r)}
 if stored ~= policy then
   fields[5], fields[6] = 'policy', policy
 end
-local ttl = g.ms_until(new_u, new_r)
+local n = #fields
 if id ~= '' then
   -- An expired record of this id is overwritten, so it is not counted again.
-  local fresh = not f[7]
-  if fresh and ids >= maxids then
-    return fail('REQUEST_IDS_FULL', 'bucket holds ' .. ids .. ' request ids', healed)
-  end
-  if fresh then
+  if not f[7] then
+    if ids >= maxids then
+      return fail('REQUEST_IDS_FULL', 'bucket holds ' .. ids .. ' request ids', healed)
+    end
     ids = ids + 1
   end
   local exp = string.format('%d', now_ms + dedupe)
-  fields[#fields + 1] = 'r:' .. id
-  fields[#fields + 1] = cost_s .. ':' .. string.format('%d', remaining) .. ':' .. exp
-  fields[#fields + 1] = 'q:' .. string.format('%d', qt)
-  fields[#fields + 1] = id .. ':' .. exp
-  qt = qt + 1
-  ttl = math.max(ttl, dedupe)
+  fields[n + 1], fields[n + 2] = 'r:' .. id, cost_s .. ':' .. string.format('%d', remaining) .. ':' .. exp
+  fields[n + 3], fields[n + 4] = 'q:' .. string.format('%d', qt), id .. ':' .. exp
+  fields[n + 5], fields[n + 6] = 'qt', string.format('%d', qt + 1)
+  n = n + 6
+  if ttl < dedupe then
+    ttl = dedupe
+  end
 end
-fields[#fields + 1] = 'ids'
-fields[#fields + 1] = string.format('%d', ids)
-fields[#fields + 1] = 'qh'
-fields[#fields + 1] = string.format('%d', qh)
-fields[#fields + 1] = 'qt'
-fields[#fields + 1] = string.format('%d', qt)
+if ids ~= stored_ids then
+  fields[n + 1], fields[n + 2] = 'ids', string.format('%d', ids)
+  n = n + 2
+end
+if popped > 0 then
+  fields[n + 1], fields[n + 2] = 'qh', string.format('%d', qh)
+end
 -- The HSET first (see the top): the fields it writes (this id's record, the
 -- queue's new tail) are never among those dropped.
 redis.call('HSET', key, unpack(fields))
 if drop then
   redis.call('HDEL', key, unpack(drop))
 end
-redis.call('PEXPIRE', key, math.max(ttl, pttl, 1))
+if ttl < pttl then
+  ttl = pttl
+end
+if ttl < 1 then
+  ttl = 1
+end
+redis.call('PEXPIRE', key, ttl)
 return {1, 0, remaining, g.ms_until(new_u, new_r), 0, healed}

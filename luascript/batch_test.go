@@ -871,14 +871,15 @@ func BenchmarkBatch(b *testing.B) {
 	}
 }
 
-// fastChecks are, per script, the pattern of the check of all its
-// arguments at once, which the checks one by one back up.
-var fastChecks = map[string]string{
-	"fixed_window_take.lua":   `'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$'`,
-	"sliding_window_take.lua": `'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$'`,
-	"token_bucket_take.lua":   `'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$'`,
-	"concurrency_take.lua":    `'^[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]+$'`,
-	"calendar_take.lua":       `'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*$'`,
+// fastChecks are, per script, the start of the check of all its arguments
+// at once, which the checks one by one back up, and what turns it off: a
+// pattern that never matches, or a condition that always fails.
+var fastChecks = map[string][2]string{
+	"fixed_window_take.lua":   {"if not (limit and window and cost and maxids and", "if true or not (limit and window and cost and maxids and"},
+	"sliding_window_take.lua": {`'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$'`, `'^never$'`},
+	"token_bucket_take.lua":   {"if not (rate and period and burst and cost and dedupe and maxids and", "if true or not (rate and period and burst and cost and dedupe and maxids and"},
+	"concurrency_take.lua":    {"if not (limit and lease and", "if true or not (limit and lease and"},
+	"calendar_take.lua":       {`'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*$'`, `'^never$'`},
 }
 
 // argVariants are what each argument of a take is tried as: canonical
@@ -906,12 +907,12 @@ func TestFastArgumentChecksAgreeWithTheSlowOnes(t *testing.T) {
 		// Redis's clock out of them (CLOCK_SKEW).
 		"calendar_take.lua": {append([]string{"5", "1", "10", "0", "id", "5:hour:UTC:monday:0"}, hourEdges()...)},
 	}
-	for script, pattern := range fastChecks {
+	for script, check := range fastChecks {
 		src := luascript.ScriptText(script)
-		if strings.Count(src, pattern) != 1 {
-			t.Fatalf("%s: the pattern %s is not in the script once", script, pattern)
+		if strings.Count(src, check[0]) != 1 {
+			t.Fatalf("%s: the check %s is not in the script once", script, check[0])
 		}
-		slow := strings.Replace(src, pattern, `'^never$'`, 1)
+		slow := strings.Replace(src, check[0], check[1], 1)
 		n := 0
 		for _, base := range bases[script] {
 			for i := range base {

@@ -16,10 +16,11 @@
 -- Nothing here calls Redis until a script calls it, and nothing here
 -- writes. Redis runs the whole text on every call, and that shapes it:
 -- each helper is a closure made again on each run, and one that refers to
--- a local costs more, so there are few helpers, only redis_now refers to
--- a local (the instant it read, worth more than the upvalue costs), and
--- gcra makes its own only when called; the checks of each script's
--- arguments stay in the script, as plain code over dec and the bounds. A
+-- a local costs more, so there are few helpers, only redis_now and num
+-- refer to a local (the instant it read, the decimals it read: each worth
+-- more than the upvalue costs), and gcra makes its own only when called;
+-- the checks of each script's arguments stay in the script, as plain code
+-- over num, dec and the bounds. A
 -- call of a C function (tonumber, string.*, math.*) costs more than a
 -- closure, so dec and redis_now convert with arithmetic, and patterns use
 -- string.find and %d.
@@ -39,6 +40,21 @@ local function dec(s, lo, hi)
   local n = s + 0
   if n < lo or n > hi then
     return nil
+  end
+  return n
+end
+
+-- An argument that is a canonical decimal of 1 or more: its value, else
+-- false (dec(s, 1, MAX_EXACT)), read once a script call. The decisions of
+-- a batch (batch.lua) share their policy's arguments, so after the first
+-- each takes its limits' values from NUMS: a table read, not a pattern
+-- match and a conversion. Each script checks the value's bounds itself.
+local NUMS = {}
+local function num(s)
+  local n = NUMS[s]
+  if n == nil then
+    n = dec(s, 1, MAX_EXACT) or false
+    NUMS[s] = n
   end
   return n
 end

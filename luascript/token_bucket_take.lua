@@ -41,20 +41,19 @@ local rate_s, period_s, burst_s, cost_s, dedupe_s, maxids_s, strict, id =
 
 local policy = rate_s .. ':' .. period_s .. ':' .. burst_s
 
--- Every argument at once, the usual case: one match of all of them joined
--- by ':' (none of the parts can hold one, so each is matched whole, as dec
--- and REQUEST_ID would), then their bounds in arithmetic. A canonical
--- decimal in bounds has at most 16 digits, so each value is exact. Any
--- other arguments go through the checks one by one, which say what is
--- wrong; both accept exactly the same arguments.
-local rate, period, burst, cost, dedupe, maxids
-if string.find(policy .. ':' .. cost_s .. ':' .. dedupe_s .. ':' .. maxids_s .. ':' .. strict .. ':' .. id,
-    '^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$') then
-  rate, period, burst, cost, dedupe, maxids = rate_s + 0, period_s + 0, burst_s + 0, cost_s + 0, dedupe_s + 0, maxids_s + 0
-  if rate > MAX_LIMIT or period > MAX_WINDOW_MS or burst > MAX_LIMIT or burst * period > MAX_WINDOW_MS * rate
-      or cost > burst or dedupe > MAX_WINDOW_MS or maxids > MAX_REQUEST_IDS or #id > MAX_REQUEST_ID_BYTES then
-    rate = nil
-  end
+-- Every argument at once, the usual case: each number by num, then its
+-- bounds in arithmetic, strict, and the request id in one match. A
+-- canonical decimal in bounds has at most 16 digits, so each value is
+-- exact. Any other arguments go through the checks one by one, which say
+-- what is wrong; both accept exactly the same arguments.
+local rate, period, burst, cost, dedupe, maxids =
+  num(rate_s), num(period_s), num(burst_s), num(cost_s), num(dedupe_s), num(maxids_s)
+if not (rate and period and burst and cost and dedupe and maxids and rate <= MAX_LIMIT
+    and period <= MAX_WINDOW_MS and burst <= MAX_LIMIT and burst * period <= MAX_WINDOW_MS * rate
+    and cost <= burst and dedupe <= MAX_WINDOW_MS and maxids <= MAX_REQUEST_IDS
+    and (strict == '0' or strict == '1')
+    and (id == '' or #id <= MAX_REQUEST_ID_BYTES and string.find(id, REQUEST_ID))) then
+  rate = nil
 end
 if not rate then
   rate = dec(rate_s, 1, MAX_LIMIT)

@@ -16,8 +16,15 @@ import (
 const MaxBatch = 64
 
 // maxCount bounds a decision's keys and arguments in a batch, and the
-// number of bodies: the layout holds each in a byte (batch.lua).
+// number of bodies: the layout holds each in a byte (batch.lua). It bounds
+// the arguments a batch sends once for its references too.
 const maxCount = 255
+
+// maxRefs bounds the references of a batch (one per argument of each of
+// its decisions), which batch.lua reads in one string.byte: Lua refuses
+// to return more than about 8,000 values at once. A batch with more sends
+// its arguments in full.
+const maxRefs = 4096
 
 //go:embed batch.lua
 var batchDriver string
@@ -67,7 +74,7 @@ func newBatch(ss []*script) (*script, map[*script]byte) {
 		fmt.Fprintf(&b, "  if i == %d then\n    -- %s\n    return %s\n  end\n", n, s.name, fn)
 	}
 	b.WriteString("end\n")
-	fmt.Fprintf(&b, "local NBODIES = %d\nlocal MAX_BATCH = %d\n\n-- batch.lua\n", len(index), MaxBatch)
+	fmt.Fprintf(&b, "local NBODIES = %d\nlocal MAX_BATCH = %d\nlocal MAX_REFS = %d\n\n-- batch.lua\n", len(index), MaxBatch, maxRefs)
 	b.WriteString(batchDriver)
 	src := b.String()
 	return &script{name: "batch.lua", src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}, index
@@ -187,23 +194,70 @@ func groupCalls(cluster bool, calls []Call) [][]int {
 }
 
 // batchArgs lays out the calls of group g as the batch script's KEYS and
-// ARGV (batch.lua).
+// ARGV (batch.lua): the layout, the references, and each argument once
+// where a decision repeats the argument in the same place of the last
+// decision of its script (the calls of one policy share all but their
+// request ids). When the references would not fit (more than maxRefs, more
+// than maxCount arguments to send), every decision's arguments go in full
+// and the references are "".
 func batchArgs(calls []Call, g []int) (keys, args []string) {
-	nk, na := 0, 1
+	nk, na := 0, 0
 	for _, i := range g {
 		nk += len(calls[i].keys)
 		na += len(calls[i].args)
 	}
-	keys, args = make([]string, 0, nk), make([]string, 1, na)
+	keys = make([]string, 0, nk)
 	layout := make([]byte, 0, 3*len(g))
 	for _, i := range g {
 		c := calls[i]
 		keys = append(keys, c.keys...)
-		args = append(args, c.args...)
 		layout = append(layout, batchIndex[c.s], byte(len(c.keys)), byte(len(c.args)))
+	}
+	if na <= maxRefs {
+		if args, ok := refArgs(calls, g, na); ok {
+			args[0] = string(layout)
+			return keys, args
+		}
+	}
+	args = make([]string, 2, 2+na)
+	for _, i := range g {
+		args = append(args, calls[i].args...)
 	}
 	args[0] = string(layout)
 	return keys, args
+}
+
+// refArgs is batchArgs's ARGV with references, but for the layout, or
+// false when more than maxCount arguments would be sent.
+func refArgs(calls []Call, g []int, na int) ([]string, bool) {
+	// For each body, the last decision of it so far: its call, and where
+	// its references start.
+	type decided struct {
+		call *Call
+		at   int
+	}
+	var last [maxCount + 1]decided
+	args := make([]string, 2, 2+min(na, maxCount))
+	refs := make([]byte, 0, na)
+	for _, i := range g {
+		c := &calls[i]
+		prev := last[batchIndex[c.s]]
+		at := len(refs)
+		for x, a := range c.args {
+			if prev.call != nil && x < len(prev.call.args) && prev.call.args[x] == a {
+				refs = append(refs, refs[prev.at+x])
+				continue
+			}
+			if len(args)-2 == maxCount {
+				return nil, false
+			}
+			args = append(args, a)
+			refs = append(refs, byte(len(args)-2))
+		}
+		last[batchIndex[c.s]] = decided{c, at}
+	}
+	args[1] = string(refs)
+	return args, true
 }
 
 // splitBatch gives each call of group g its element of the batch's reply

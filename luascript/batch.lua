@@ -15,15 +15,22 @@
 -- KEYS     every decision's keys, in decision order
 -- ARGV[1]  the layout: three bytes per decision, in order: its body i
 --          (1..NBODIES), how many of KEYS are its own (from the next
---          unused one), how many of ARGV are its arguments (0..255 each)
--- ARGV[2..]  every decision's arguments, in decision order, each
---          decision's as its lone script takes them in ARGV
+--          unused one), how many arguments are its own (0..255 each)
+-- ARGV[2]  the references: "" when ARGV[3..] is every decision's
+--          arguments in decision order; else one byte per argument of
+--          every decision, in decision order, at most MAX_REFS: the
+--          argument is ARGV[2 + that byte] (1..255), so that an argument
+--          many decisions share (a policy's limit, a cost) is sent once
+-- ARGV[3..]  the arguments, each decision's as its lone script takes
+--          them in ARGV: every decision's in order, or each once when
+--          ARGV[2] refers to them
 --
 -- Reply: an array with one element per decision, in order: the reply its
 -- lone script would send (an error element for an error reply). A layout
 -- that does not add up (no decision, more than MAX_BATCH, an unknown
--- body, keys or arguments left over or missing) is INVALID for the whole
--- call, decided before any decision runs. Each decision is handed tables
+-- body, keys or arguments left over or missing, a reference to no
+-- argument) is INVALID for the whole call, decided before any decision
+-- runs. Each decision is handed tables
 -- of its own keys and arguments (two tables the driver reuses, so a body
 -- must keep no reference to its KEYS or ARGV, which none does).
 --
@@ -51,29 +58,44 @@
 -- way no decision is half-written, and a full Redis grows by at most one
 -- call's decisions.
 
-local header = ARGV[1] or ''
+local header, refs = ARGV[1] or '', ARGV[2] or ''
 local count = #header / 3
 if count < 1 or count > MAX_BATCH or count % 1 ~= 0 then
   return redis.error_reply('INVALID batch: want a layout of 3 bytes for each of 1 to ' .. MAX_BATCH .. ' decisions')
 end
 -- The layout first, so that a malformed one runs nothing. One C call reads
--- all of it.
+-- all of it, and one the references.
 local h = {string.byte(header, 1, -1)}
-local kp, ap = 0, 1
+local kp, ap = 0, 0
 for j = 1, 3 * count, 3 do
   if h[j] < 1 or h[j] > NBODIES then
     return redis.error_reply('INVALID batch: decision ' .. (j + 2) / 3 .. ' has no body ' .. h[j])
   end
   kp, ap = kp + h[j + 1], ap + h[j + 2]
 end
-if kp ~= #KEYS or ap ~= #ARGV then
-  return redis.error_reply('INVALID batch: the layout names ' .. kp .. ' keys and ' .. ap - 1 ..
-    ' arguments, the call has ' .. #KEYS .. ' and ' .. #ARGV - 1)
+local pool = #ARGV - 2
+local ref
+if refs == '' then
+  if kp ~= #KEYS or ap ~= pool then
+    return redis.error_reply('INVALID batch: the layout names ' .. kp .. ' keys and ' .. ap ..
+      ' arguments, the call has ' .. #KEYS .. ' and ' .. pool)
+  end
+else
+  if kp ~= #KEYS or ap ~= #refs or ap > MAX_REFS then
+    return redis.error_reply('INVALID batch: the layout names ' .. kp .. ' keys and ' .. ap ..
+      ' arguments, the call has ' .. #KEYS .. ' and ' .. #refs .. ' references (at most ' .. MAX_REFS .. ')')
+  end
+  ref = {string.byte(refs, 1, -1)}
+  for x = 1, ap do
+    if ref[x] < 1 or ref[x] > pool then
+      return redis.error_reply('INVALID batch: reference ' .. x .. ' is to argument ' .. ref[x] .. ' of ' .. pool)
+    end
+  end
 end
 
 local fns, k, a, out = {}, {}, {}, {}
 local pk, pa = 0, 0
-kp, ap = 0, 1
+kp, ap = 0, 0
 for i = 1, count do
   local j = 3 * i - 2
   local b, nk, na = h[j], h[j + 1], h[j + 2]
@@ -88,8 +110,14 @@ for i = 1, count do
   for x = nk + 1, pk do
     k[x] = nil
   end
-  for x = 1, na do
-    a[x] = ARGV[ap + x]
+  if ref then
+    for x = 1, na do
+      a[x] = ARGV[2 + ref[ap + x]]
+    end
+  else
+    for x = 1, na do
+      a[x] = ARGV[2 + ap + x]
+    end
   end
   for x = na + 1, pa do
     a[x] = nil

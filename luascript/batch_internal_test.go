@@ -74,3 +74,86 @@ func TestBatchCarriesThePreludeAndBodyScripts(t *testing.T) {
 		t.Errorf("groups of a script outside the batch = %v, want each alone", groups)
 	}
 }
+
+// unref is batch.lua's reading of a batch's ARGV: each decision's
+// arguments, by reference or in full.
+func unref(t *testing.T, args []string) [][]string {
+	t.Helper()
+	layout, refs := args[0], args[1]
+	var out [][]string
+	p := 0
+	for j := 0; j < len(layout); j += 3 {
+		na := int(layout[j+2])
+		var own []string
+		for x := range na {
+			if refs == "" {
+				own = append(own, args[2+p+x])
+			} else {
+				r := int(refs[p+x])
+				if r < 1 || r > len(args)-2 {
+					t.Fatalf("reference %d of %d arguments", r, len(args)-2)
+				}
+				own = append(own, args[1+r]) // ARGV[2 + r], 1-based
+			}
+		}
+		p += na
+		out = append(out, own)
+	}
+	if refs != "" && p != len(refs) || refs == "" && p != len(args)-2 {
+		t.Fatalf("%d arguments laid out, ARGV has %d and %d references", p, len(args)-2, len(refs))
+	}
+	return out
+}
+
+// batchArgs sends an argument once where a decision repeats its script's
+// last decision's in the same place, and in full when the references
+// would not fit; either way each decision reads back its own arguments.
+func TestBatchArgsSendSharedArgumentsOnce(t *testing.T) {
+	fw := func(id string) Call {
+		return Call{s: fixedWindowTake, keys: []string{"k" + id}, args: []string{"100", "60000", "1", "10", "0", id}}
+	}
+	tb := Call{s: tokenBucketTake, keys: []string{"b"}, args: []string{"5", "1000", "5", "1", "60000", "10", "0", ""}}
+	check := func(name string, calls []Call, wantSent int, wantRefs bool) {
+		t.Helper()
+		g := seq(0, len(calls))
+		keys, args := batchArgs(calls, g)
+		if len(keys) != len(calls) {
+			t.Errorf("%s: %d keys for %d calls", name, len(keys), len(calls))
+		}
+		got := unref(t, args)
+		for i, c := range calls {
+			if !reflect.DeepEqual(got[i], c.args) {
+				t.Errorf("%s: decision %d reads %q, sent %q", name, i, got[i], c.args)
+			}
+		}
+		if sent := len(args) - 2; sent != wantSent || (args[1] != "") != wantRefs {
+			t.Errorf("%s: %d arguments sent, references %v; want %d, %v", name, sent, args[1] != "", wantSent, wantRefs)
+		}
+	}
+	// One policy, fresh ids: the five shared arguments once, each id once.
+	calls := []Call{fw("a"), fw("b"), tb, fw("c"), tb, fw("")}
+	check("one policy", calls, 5+3+8+1, true)
+	// Another policy between two of the first.
+	other := fw("d")
+	other.args = []string{"7", "60000", "2", "10", "0", "d"}
+	// Each is compared with the last of its script: what differs is sent.
+	check("two policies", []Call{fw("a"), other, fw("b")}, 6+3+3, true)
+	// More distinct arguments than references can name: in full.
+	calls = nil
+	for i := range 50 {
+		c := fw(strconv.Itoa(i))
+		c.args = []string{strconv.Itoa(100 + i), strconv.Itoa(60000 + i), strconv.Itoa(1 + i), strconv.Itoa(10 + i), strconv.Itoa(i % 2), "id" + strconv.Itoa(i)}
+		calls = append(calls, c)
+	}
+	check("distinct", calls, 6*50, false)
+	// More references than batch.lua reads at once: in full.
+	big := Call{s: fixedWindowTake, keys: []string{"k"}, args: make([]string, maxCount)}
+	for i := range big.args {
+		big.args[i] = "1"
+	}
+	calls = nil
+	for range maxRefs/maxCount + 1 {
+		calls = append(calls, big)
+	}
+	check("many references", calls, maxCount*len(calls), false)
+}

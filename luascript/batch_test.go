@@ -502,11 +502,17 @@ func TestBatchOnAFullRedis(t *testing.T) {
 }
 
 // evalBatch EVALs a batch script of src with keys, the layout of three
-// bytes a decision, and the decisions' arguments.
+// bytes a decision, no references, and the decisions' arguments.
 func evalBatch(e *env, src string, keys []string, layout []byte, argv ...string) rueidis.RedisResult {
 	e.t.Helper()
+	return evalRefs(e, src, keys, layout, "", argv...)
+}
+
+// evalRefs is evalBatch with the references refs.
+func evalRefs(e *env, src string, keys []string, layout []byte, refs string, argv ...string) rueidis.RedisResult {
+	e.t.Helper()
 	cmd := append([]string{"EVAL", src, strconv.Itoa(len(keys))}, keys...)
-	return e.do(append(append(cmd, string(layout)), argv...)...)
+	return e.do(append(append(cmd, string(layout), refs), argv...)...)
 }
 
 // The batch script refuses a layout that does not add up before running
@@ -536,9 +542,36 @@ func TestBatchRefusesAMalformedLayout(t *testing.T) {
 			t.Errorf("%s: %v, want INVALID batch", name, err)
 		}
 	}
+	// References that do not add up.
+	for name, tc := range map[string]struct {
+		layout []byte
+		refs   string
+	}{
+		"a reference missing":         {[]byte{fw, 1, 6}, "\x01\x02\x03\x04\x05"},
+		"a reference over":            {[]byte{fw, 1, 6}, "\x01\x02\x03\x04\x05\x06\x01"},
+		"a reference to no argument":  {[]byte{fw, 1, 6}, "\x01\x02\x03\x04\x05\x07"},
+		"a reference to the layout":   {[]byte{fw, 1, 6}, "\x01\x02\x03\x04\x05\x00"},
+		"the second decision's wrong": {[]byte{fw, 1, 6, fw, 1, 6}, "\x01\x02\x03\x04\x05\x06\x01\x02\x03\x04\x05\x09"},
+	} {
+		keys := []string{k, k}[:len(tc.layout)/3]
+		err := evalRefs(e, luascript.BatchText(), keys, tc.layout, tc.refs, take...).Error()
+		if err == nil || !strings.HasPrefix(err.Error(), "INVALID batch") {
+			t.Errorf("%s: %v, want INVALID batch", name, err)
+		}
+	}
 	if n, err := e.do("EXISTS", k).AsInt64(); err != nil || n != 0 {
 		t.Errorf("a refused batch wrote: EXISTS %d, %v", n, err)
 	}
+	// Two decisions that share their arguments, sent once.
+	res, err := evalRefs(e, luascript.BatchText(), []string{k, k}, []byte{fw, 1, 6, fw, 1, 6},
+		"\x01\x02\x03\x04\x05\x06\x01\x02\x03\x04\x05\x06", take...).ToArray()
+	if err != nil || len(res) != 2 {
+		t.Fatalf("two decisions by reference: %v, %v", res, err)
+	}
+	if h := e.hash(k); h["used"] != "2" {
+		t.Errorf("used after two takes by reference = %q", h["used"])
+	}
+	e.do("DEL", k)
 	// No layout at all.
 	if err := e.do("EVAL", luascript.BatchText(), "0").Error(); err == nil || !strings.HasPrefix(err.Error(), "INVALID batch") {
 		t.Errorf("no arguments: %v, want INVALID batch", err)
@@ -555,7 +588,7 @@ func TestBatchRefusesAMalformedLayout(t *testing.T) {
 		t.Errorf("%d decisions: %v, want INVALID batch", len(keys), err)
 	}
 	// The most it may carry are decided.
-	res, err := evalBatch(e, luascript.BatchText(), keys[1:], layout[3:], argv[6:]...).ToArray()
+	res, err = evalBatch(e, luascript.BatchText(), keys[1:], layout[3:], argv[6:]...).ToArray()
 	if err != nil || len(res) != luascript.MaxBatch {
 		t.Fatalf("%d decisions: %d replies, %v", luascript.MaxBatch, len(res), err)
 	}
@@ -838,14 +871,15 @@ func BenchmarkBatch(b *testing.B) {
 	}
 }
 
-// fastChecks are, per script, the pattern of the check of all its
-// arguments at once, which the checks one by one back up.
-var fastChecks = map[string]string{
-	"fixed_window_take.lua":   `'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$'`,
-	"sliding_window_take.lua": `'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$'`,
-	"token_bucket_take.lua":   `'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$'`,
-	"concurrency_take.lua":    `'^[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]+$'`,
-	"calendar_take.lua":       `'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*$'`,
+// fastChecks are, per script, the start of the check of all its arguments
+// at once, which the checks one by one back up, and what turns it off: a
+// pattern that never matches, or a condition that always fails.
+var fastChecks = map[string][2]string{
+	"fixed_window_take.lua":   {"if not (limit and window and cost and maxids and", "if true or not (limit and window and cost and maxids and"},
+	"sliding_window_take.lua": {`'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$'`, `'^never$'`},
+	"token_bucket_take.lua":   {"if not (rate and period and burst and cost and dedupe and maxids and", "if true or not (rate and period and burst and cost and dedupe and maxids and"},
+	"concurrency_take.lua":    {"if not (limit and lease and", "if true or not (limit and lease and"},
+	"calendar_take.lua":       {`'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*$'`, `'^never$'`},
 }
 
 // argVariants are what each argument of a take is tried as: canonical
@@ -873,12 +907,12 @@ func TestFastArgumentChecksAgreeWithTheSlowOnes(t *testing.T) {
 		// Redis's clock out of them (CLOCK_SKEW).
 		"calendar_take.lua": {append([]string{"5", "1", "10", "0", "id", "5:hour:UTC:monday:0"}, hourEdges()...)},
 	}
-	for script, pattern := range fastChecks {
+	for script, check := range fastChecks {
 		src := luascript.ScriptText(script)
-		if strings.Count(src, pattern) != 1 {
-			t.Fatalf("%s: the pattern %s is not in the script once", script, pattern)
+		if strings.Count(src, check[0]) != 1 {
+			t.Fatalf("%s: the check %s is not in the script once", script, check[0])
 		}
-		slow := strings.Replace(src, pattern, `'^never$'`, 1)
+		slow := strings.Replace(src, check[0], check[1], 1)
 		n := 0
 		for _, base := range bases[script] {
 			for i := range base {

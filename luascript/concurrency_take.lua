@@ -29,18 +29,15 @@ local limit_s, lease_s, strict, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
 local policy = limit_s .. ':' .. lease_s
 
--- Every argument at once, the usual case: one match of all of them joined
--- by ':' (none of the parts can hold one, so each is matched whole, as dec
--- and REQUEST_ID would), then their bounds in arithmetic. A canonical
--- decimal in bounds has at most 16 digits, so each value is exact. Any
--- other arguments go through the checks one by one, which say what is
--- wrong; both accept exactly the same arguments.
-local limit, lease
-if string.find(policy .. ':' .. strict .. ':' .. id, '^[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]+$') then
-  limit, lease = limit_s + 0, lease_s + 0
-  if limit > MAX_LEASES or lease > MAX_WINDOW_MS or #id > MAX_REQUEST_ID_BYTES then
-    limit = nil
-  end
+-- Every argument at once, the usual case: each number by num, then its
+-- bounds in arithmetic, strict, and the request id in one match. A
+-- canonical decimal in bounds has at most 16 digits, so each value is
+-- exact. Any other arguments go through the checks one by one, which say
+-- what is wrong; both accept exactly the same arguments.
+local limit, lease = num(limit_s), num(lease_s)
+if not (limit and lease and limit <= MAX_LEASES and lease <= MAX_WINDOW_MS and (strict == '0' or strict == '1')
+    and #id <= MAX_REQUEST_ID_BYTES and string.find(id, REQUEST_ID)) then
+  limit = nil
 end
 if not limit then
   limit = dec(limit_s, 1, MAX_LEASES)

@@ -40,7 +40,9 @@
 //	q:<n>         "<id>:<expiry ms>", one per recorded acceptance
 //	r:<id>        "<cost>:<remaining right after acceptance>:<expiry ms>"
 //
-// A token lasts period/rate; the bucket is full when tat <= now. A take of
+// ids, qh and qt absent read as 0: a take writes only the fields it
+// changes, so a bucket that never recorded a request id holds tat, rem and
+// policy alone. A token lasts period/rate; the bucket is full when tat <= now. A take of
 // cost is accepted iff tat + cost*period/rate - burst*period/rate <= now,
 // and then tat moves on by cost*period/rate. An accepted request id is a
 // replay for its dedupe horizon; every accepted take forgets up to three

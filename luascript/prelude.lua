@@ -16,10 +16,11 @@
 -- Nothing here calls Redis until a script calls it, and nothing here
 -- writes. Redis runs the whole text on every call, and that shapes it:
 -- each helper is a closure made again on each run, and one that refers to
--- a local costs more, so there are few helpers, only redis_now refers to
--- a local (the instant it read, worth more than the upvalue costs), and
--- gcra makes its own only when called; the checks of each script's
--- arguments stay in the script, as plain code over dec and the bounds. A
+-- a local costs more, so there are few helpers, only redis_now and num
+-- refer to a local (the instant it read, the decimals it read: each worth
+-- more than the upvalue costs), and gcra makes its own only when called;
+-- the checks of each script's arguments stay in the script, as plain code
+-- over num, dec and the bounds. A
 -- call of a C function (tonumber, string.*, math.*) costs more than a
 -- closure, so dec and redis_now convert with arithmetic, and patterns use
 -- string.find and %d.
@@ -39,6 +40,21 @@ local function dec(s, lo, hi)
   local n = s + 0
   if n < lo or n > hi then
     return nil
+  end
+  return n
+end
+
+-- An argument that is a canonical decimal of 1 or more: its value, else
+-- false (dec(s, 1, MAX_EXACT)), read once a script call. The decisions of
+-- a batch (batch.lua) share their policy's arguments, so after the first
+-- each takes its limits' values from NUMS: a table read, not a pattern
+-- match and a conversion. Each script checks the value's bounds itself.
+local NUMS = {}
+local function num(s)
+  local n = NUMS[s]
+  if n == nil then
+    n = dec(s, 1, MAX_EXACT) or false
+    NUMS[s] = n
   end
   return n
 end
@@ -97,8 +113,11 @@ end
 -- bucket pays for gcra alone.
 local function gcra(rate, period, burst, now)
   -- Exact integer quotient and remainder for 0 <= n < 2^53, 0 < d < 2^31.
+  -- (n - n % d) / d is math.floor(n / d), exactly (n % d is n - floor(n /
+  -- d) * d, a product and a difference of integers under 2^53), without a
+  -- C call; either may be off by one, which the steps after correct.
   local function divmod(n, d)
-    local q = math.floor(n / d)
+    local q = (n - n % d) / d
     local r = n - q * d
     if r < 0 then
       q, r = q - 1, r + d
@@ -113,8 +132,8 @@ local function gcra(rate, period, burst, now)
   -- n tokens last span(n). n*b can reach 2^60, so it is multiplied in two
   -- halves.
   local function span(n)
-    local hi = math.floor(n / 65536)
-    local lo = n - hi * 65536
+    local lo = n % 65536
+    local hi = (n - lo) / 65536
     local q1, r1 = divmod(hi * b, rate)
     local q2, r2 = divmod(r1 * 65536 + lo * b, rate)
     return n * a + q1 * 65536 + q2, r2
@@ -165,7 +184,8 @@ local function gcra(rate, period, burst, now)
     if dr > 0 then
       du = du + 1
     end
-    return math.floor((du + 999) / 1000)
+    du = du + 999
+    return (du - du % 1000) / 1000
   end
   -- Whole tokens in the bucket when the TAT is (u, r): the most n with
   -- span(n) <= now + tau - TAT. Estimated in floating point, then made exact.
@@ -174,8 +194,13 @@ local function gcra(rate, period, burst, now)
     if su < 0 then
       return 0
     end
-    local n = math.floor((su + sr / rate) * rate / period_us)
-    n = math.max(0, math.min(n, burst))
+    local n = (su + sr / rate) * rate / period_us
+    n = n - n % 1
+    if n > burst then
+      n = burst
+    elseif n < 0 then
+      n = 0
+    end
     while n < burst do
       local nu, nr = span(n + 1)
       if not le(nu, nr, su, sr) then

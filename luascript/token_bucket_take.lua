@@ -41,20 +41,19 @@ local rate_s, period_s, burst_s, cost_s, dedupe_s, maxids_s, strict, id =
 
 local policy = rate_s .. ':' .. period_s .. ':' .. burst_s
 
--- Every argument at once, the usual case: one match of all of them joined
--- by ':' (none of the parts can hold one, so each is matched whole, as dec
--- and REQUEST_ID would), then their bounds in arithmetic. A canonical
--- decimal in bounds has at most 16 digits, so each value is exact. Any
--- other arguments go through the checks one by one, which say what is
--- wrong; both accept exactly the same arguments.
-local rate, period, burst, cost, dedupe, maxids
-if string.find(policy .. ':' .. cost_s .. ':' .. dedupe_s .. ':' .. maxids_s .. ':' .. strict .. ':' .. id,
-    '^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$') then
-  rate, period, burst, cost, dedupe, maxids = rate_s + 0, period_s + 0, burst_s + 0, cost_s + 0, dedupe_s + 0, maxids_s + 0
-  if rate > MAX_LIMIT or period > MAX_WINDOW_MS or burst > MAX_LIMIT or burst * period > MAX_WINDOW_MS * rate
-      or cost > burst or dedupe > MAX_WINDOW_MS or maxids > MAX_REQUEST_IDS or #id > MAX_REQUEST_ID_BYTES then
-    rate = nil
-  end
+-- Every argument at once, the usual case: each number by num, then its
+-- bounds in arithmetic, strict, and the request id in one match. A
+-- canonical decimal in bounds has at most 16 digits, so each value is
+-- exact. Any other arguments go through the checks one by one, which say
+-- what is wrong; both accept exactly the same arguments.
+local rate, period, burst, cost, dedupe, maxids =
+  num(rate_s), num(period_s), num(burst_s), num(cost_s), num(dedupe_s), num(maxids_s)
+if not (rate and period and burst and cost and dedupe and maxids and rate <= MAX_LIMIT
+    and period <= MAX_WINDOW_MS and burst <= MAX_LIMIT and burst * period <= MAX_WINDOW_MS * rate
+    and cost <= burst and dedupe <= MAX_WINDOW_MS and maxids <= MAX_REQUEST_IDS
+    and (strict == '0' or strict == '1')
+    and (id == '' or #id <= MAX_REQUEST_ID_BYTES and string.find(id, REQUEST_ID))) then
+  rate = nil
 end
 if not rate then
   rate = dec(rate_s, 1, MAX_LIMIT)
@@ -116,6 +115,7 @@ if pttl ~= -2 then
     return fail('WRONGTYPE', NOT_OURS .. 'token bucket: a hash with other fields')
   end
 end
+local stored_ids = ids
 tat, rem = g.rebase(tat, rem, pttl == -2 or stored == policy)
 
 -- The key lives until the bucket is full again, and as long as its newest
@@ -194,40 +194,50 @@ if rf then
 end
 qh = qh + popped
 
+-- Only what changed is written: ids, qh and qt absent read as 0, so a
+-- bucket that never held a request id has none of them.
 local remaining = g.tokens(new_u, new_r)
+local ttl = g.ms_until(new_u, new_r)
 local fields = {'tat', string.format('%d', new_u), 'rem', string.format('%d', new_r)}
 if stored ~= policy then
   fields[5], fields[6] = 'policy', policy
 end
-local ttl = g.ms_until(new_u, new_r)
+local n = #fields
 if id ~= '' then
   -- An expired record of this id is overwritten, so it is not counted again.
-  local fresh = not f[7]
-  if fresh and ids >= maxids then
-    return fail('REQUEST_IDS_FULL', 'bucket holds ' .. ids .. ' request ids', healed)
-  end
-  if fresh then
+  if not f[7] then
+    if ids >= maxids then
+      return fail('REQUEST_IDS_FULL', 'bucket holds ' .. ids .. ' request ids', healed)
+    end
     ids = ids + 1
   end
   local exp = string.format('%d', now_ms + dedupe)
-  fields[#fields + 1] = 'r:' .. id
-  fields[#fields + 1] = cost_s .. ':' .. string.format('%d', remaining) .. ':' .. exp
-  fields[#fields + 1] = 'q:' .. string.format('%d', qt)
-  fields[#fields + 1] = id .. ':' .. exp
-  qt = qt + 1
-  ttl = math.max(ttl, dedupe)
+  fields[n + 1], fields[n + 2] = 'r:' .. id, cost_s .. ':' .. string.format('%d', remaining) .. ':' .. exp
+  fields[n + 3], fields[n + 4] = 'q:' .. string.format('%d', qt), id .. ':' .. exp
+  fields[n + 5], fields[n + 6] = 'qt', string.format('%d', qt + 1)
+  n = n + 6
+  if ttl < dedupe then
+    ttl = dedupe
+  end
 end
-fields[#fields + 1] = 'ids'
-fields[#fields + 1] = string.format('%d', ids)
-fields[#fields + 1] = 'qh'
-fields[#fields + 1] = string.format('%d', qh)
-fields[#fields + 1] = 'qt'
-fields[#fields + 1] = string.format('%d', qt)
+if ids ~= stored_ids then
+  fields[n + 1], fields[n + 2] = 'ids', string.format('%d', ids)
+  n = n + 2
+end
+if popped > 0 then
+  fields[n + 1], fields[n + 2] = 'qh', string.format('%d', qh)
+end
 -- The HSET first (see the top): the fields it writes (this id's record, the
 -- queue's new tail) are never among those dropped.
 redis.call('HSET', key, unpack(fields))
 if drop then
   redis.call('HDEL', key, unpack(drop))
 end
-redis.call('PEXPIRE', key, math.max(ttl, pttl, 1))
+if ttl < pttl then
+  ttl = pttl
+end
+if ttl < 1 then
+  ttl = 1
+end
+redis.call('PEXPIRE', key, ttl)
 return {1, 0, remaining, g.ms_until(new_u, new_r), 0, healed}

@@ -230,18 +230,31 @@ func batchArgs(calls []Call, g []int) (keys, args []string) {
 // refArgs is batchArgs's ARGV with references, but for the layout, or
 // false when more than maxCount arguments would be sent.
 func refArgs(calls []Call, g []int, na int) ([]string, bool) {
-	// For each body, the last decision of it so far: its call, and where
-	// its references start.
+	// For each body so far (a batch has few), its last decision: its call,
+	// and where its references start.
 	type decided struct {
+		body byte
 		call *Call
 		at   int
 	}
-	var last [maxCount + 1]decided
+	var bodies [4]decided
+	last := bodies[:0]
 	args := make([]string, 2, 2+min(na, maxCount))
 	refs := make([]byte, 0, na)
 	for _, i := range g {
 		c := &calls[i]
-		prev := last[batchIndex[c.s]]
+		body := batchIndex[c.s]
+		var prev decided
+		n := 0
+		for ; n < len(last); n++ {
+			if last[n].body == body {
+				prev = last[n]
+				break
+			}
+		}
+		if n == len(last) {
+			last = append(last, decided{body: body})
+		}
 		at := len(refs)
 		for x, a := range c.args {
 			if prev.call != nil && x < len(prev.call.args) && prev.call.args[x] == a {
@@ -254,7 +267,7 @@ func refArgs(calls []Call, g []int, na int) ([]string, bool) {
 			args = append(args, a)
 			refs = append(refs, byte(len(args)-2))
 		}
-		last[batchIndex[c.s]] = decided{c, at}
+		last[n] = decided{body, c, at}
 	}
 	args[1] = string(refs)
 	return args, true

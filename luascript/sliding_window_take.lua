@@ -104,17 +104,27 @@ local pttl = redis.call('PTTL', key)
 local s, c, p, stored, ids, qh, qt = 0, 0, 0, window, 0, 0, 0
 local stored_policy = f[4]
 if pttl ~= -2 then
-  s = dec(f[1], 0, MAX_EXACT)
-  c = dec(f[2], 0, MAX_LIMIT)
-  p = dec(f[3], 0, MAX_LIMIT)
-  if f[5] then
-    ids = dec(f[5], 0, MAX_REQUEST_IDS)
+  -- The usual case, as for the arguments: one match of the counts joined
+  -- by ':' (no digit string holds one), none with a leading zero, then
+  -- their bounds, which refuse any of more than 16 digits. Anything else
+  -- goes through dec one by one; both accept exactly the same fields.
+  local f5, f6, f7 = f[5] or '0', f[6] or '0', f[7] or '0'
+  local all = f[1] and f[2] and f[3] and ':' .. f[1] .. ':' .. f[2] .. ':' .. f[3] .. ':' .. f5 .. ':' .. f6 .. ':' .. f7
+  if all and string.find(all, '^:%d+:%d+:%d+:%d+:%d+:%d+$') and not string.find(all, ':0%d') then
+    s, c, p, ids, qh, qt = f[1] + 0, f[2] + 0, f[3] + 0, f5 + 0, f6 + 0, f7 + 0
+    if s > MAX_EXACT or c > MAX_LIMIT or p > MAX_LIMIT or ids > MAX_REQUEST_IDS or qh > MAX_EXACT or qt > MAX_EXACT then
+      s = nil
+    end
+  else
+    s = nil
   end
-  if f[6] then
-    qh = dec(f[6], 0, MAX_EXACT)
-  end
-  if f[7] then
-    qt = dec(f[7], 0, MAX_EXACT)
+  if not s then
+    s = dec(f[1], 0, MAX_EXACT)
+    c = dec(f[2], 0, MAX_LIMIT)
+    p = dec(f[3], 0, MAX_LIMIT)
+    ids = dec(f5, 0, MAX_REQUEST_IDS)
+    qh = dec(f6, 0, MAX_EXACT)
+    qt = dec(f7, 0, MAX_EXACT)
   end
   -- The caller's policy, the usual case, has this caller's window.
   if stored_policy ~= policy then

@@ -238,8 +238,10 @@ if id ~= '' and not f[8] then
   held = held + 1
 end
 -- redis.call sends a number as its exact decimal; '..' writes one exactly
--- below 10^14 (a time in ms stays below that for millennia).
+-- below 10^14 (Redis's clock in ms stays below that for millennia, but a
+-- stored period may be anywhere up to MAX_EXACT).
 local qn = qt < 1e14 and qt or string.format('%d', qt)
+local endd = ends < 1e14 and ends or string.format('%d', ends)
 local fields, n
 if pttl == -2 then
   -- A new window: every field, in the order the hash always had.
@@ -261,8 +263,8 @@ else
   end
 end
 if id ~= '' then
-  fields[n + 1], fields[n + 2] = 'r:' .. id, cost_s .. ':' .. used .. ':' .. ends
-  fields[n + 3], fields[n + 4], n = 'q:' .. qn, id .. ':' .. ends, n + 4
+  fields[n + 1], fields[n + 2] = 'r:' .. id, cost_s .. ':' .. used .. ':' .. endd
+  fields[n + 3], fields[n + 4], n = 'q:' .. qn, id .. ':' .. endd, n + 4
 end
 if pttl == -2 or held ~= ids then
   fields[n + 1], fields[n + 2], n = 'ids', held, n + 2

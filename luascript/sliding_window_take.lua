@@ -229,7 +229,10 @@ local used = share + cur
 -- The take counts until the end of the next period: the key, and this
 -- take's record, live that long (two windows at most).
 local ends = start + 2 * window
-local held = math.max(ids - forgot, 0)
+local held = ids
+if forgot > 0 then
+  held = ids > forgot and ids - forgot or 0
+end
 if id ~= '' and not f[8] then
   -- An expired record of this id is overwritten, so it is not counted again.
   if held >= maxids then
@@ -237,49 +240,62 @@ if id ~= '' and not f[8] then
   end
   held = held + 1
 end
--- redis.call sends a number as its exact decimal; '..' writes one exactly
--- below 10^14 (Redis's clock in ms stays below that for millennia, but a
--- stored period may be anywhere up to MAX_EXACT).
+-- Only the fields whose value changes are written: c always (cost >= 1);
+-- s, p and policy when the period or the policy moved on; ids, qh and qt
+-- when records came or went. A new window gets every field, in the order
+-- the hash always had. redis.call sends a number as its exact decimal;
+-- '..' writes one exactly below 10^14 (Redis's clock in ms stays below
+-- that for millennia, but a stored period may be anywhere up to
+-- MAX_EXACT). The HSET first (see the top): the fields it writes (this
+-- id's record, the queue's new tail) are never among those dropped.
 local qn = qt < 1e14 and qt or string.format('%d', qt)
 local endd = ends < 1e14 and ends or string.format('%d', ends)
-local fields, n
-if pttl == -2 then
-  -- A new window: every field, in the order the hash always had.
-  fields = {'s', start, 'c', cur, 'p', prev, 'policy', policy}
-  n = 8
+if pttl ~= -2 and start == s and prev == p and stored_policy == policy and popped == 0 then
+  -- The usual take: the same period and policy, no record forgotten.
+  if id == '' then
+    if held == ids then
+      redis.call('HSET', key, 'c', cur)
+    else
+      redis.call('HSET', key, 'c', cur, 'ids', held)
+    end
+  elseif held == ids then
+    redis.call('HSET', key, 'c', cur, 'r:' .. id, cost_s .. ':' .. used .. ':' .. endd,
+      'q:' .. qn, id .. ':' .. endd, 'qt', qt + 1)
+  else
+    redis.call('HSET', key, 'c', cur, 'r:' .. id, cost_s .. ':' .. used .. ':' .. endd,
+      'q:' .. qn, id .. ':' .. endd, 'ids', held, 'qt', qt + 1)
+  end
 else
-  -- Only the fields whose value changes: c always (cost >= 1); s, p and
-  -- policy when the period or the policy moved on; ids, qh and qt when
-  -- records came or went.
-  fields, n = {'c', cur}, 2
-  if start ~= s then
-    fields[3], fields[4], n = 's', start, 4
+  local fields, n
+  if pttl == -2 then
+    fields, n = {'s', start, 'c', cur, 'p', prev, 'policy', policy}, 8
+  else
+    fields, n = {'c', cur}, 2
+    if start ~= s then
+      fields[3], fields[4], n = 's', start, 4
+    end
+    if prev ~= p then
+      fields[n + 1], fields[n + 2], n = 'p', prev, n + 2
+    end
+    if stored_policy ~= policy then
+      fields[n + 1], fields[n + 2], n = 'policy', policy, n + 2
+    end
   end
-  if prev ~= p then
-    fields[n + 1], fields[n + 2], n = 'p', prev, n + 2
+  if id ~= '' then
+    fields[n + 1], fields[n + 2] = 'r:' .. id, cost_s .. ':' .. used .. ':' .. endd
+    fields[n + 3], fields[n + 4], n = 'q:' .. qn, id .. ':' .. endd, n + 4
   end
-  if stored_policy ~= policy then
-    fields[n + 1], fields[n + 2], n = 'policy', policy, n + 2
+  if pttl == -2 or held ~= ids then
+    fields[n + 1], fields[n + 2], n = 'ids', held, n + 2
   end
+  if pttl == -2 or popped > 0 then
+    fields[n + 1], fields[n + 2], n = 'qh', qh + popped, n + 2
+  end
+  if pttl == -2 or id ~= '' then
+    fields[n + 1], fields[n + 2], n = 'qt', id ~= '' and qt + 1 or qt, n + 2
+  end
+  redis.call('HSET', key, unpack(fields, 1, n))
 end
-if id ~= '' then
-  fields[n + 1], fields[n + 2] = 'r:' .. id, cost_s .. ':' .. used .. ':' .. endd
-  fields[n + 3], fields[n + 4], n = 'q:' .. qn, id .. ':' .. endd, n + 4
-end
-if pttl == -2 or held ~= ids then
-  fields[n + 1], fields[n + 2], n = 'ids', held, n + 2
-end
-if pttl == -2 or popped > 0 then
-  qh = qh + popped
-  fields[n + 1], fields[n + 2], n = 'qh', qh, n + 2
-end
-if pttl == -2 or id ~= '' then
-  qt = qt + (id ~= '' and 1 or 0)
-  fields[n + 1], fields[n + 2], n = 'qt', qt, n + 2
-end
--- The HSET first (see the top): the fields it writes (this id's record, the
--- queue's new tail) are never among those dropped.
-redis.call('HSET', key, unpack(fields, 1, n))
 if drop and #drop > 0 then
   redis.call('HDEL', key, unpack(drop))
 end

@@ -218,8 +218,11 @@ end
 -- elapsed) reaches 2^62, past the 2^53 a double holds exactly, so muldiv
 -- forms the product in two halves and every quotient and remainder is
 -- exact, for every limit and window the bounds allow.
-local sliding_windows = {}
+local sliding_windows
 local function sliding_window(window)
+  if not sliding_windows then
+    sliding_windows = {}
+  end
   local w = sliding_windows[window]
   if w then
     return w

@@ -23,7 +23,9 @@
 -- over num, dec and the bounds. A
 -- call of a C function (tonumber, string.*, math.*) costs more than a
 -- closure, so dec and redis_now convert with arithmetic, and patterns use
--- string.find and %d.
+-- string.find and %d. One more helper refers to a local, sliding_window:
+-- the helpers it made for each window, kept for the call's later
+-- decisions, are worth more than the upvalue costs.
 
 -- A canonical decimal in lo..hi, else nil; s is a string, or nil or false
 -- (a field HMGET did not find, a pattern that did not match). The pattern
@@ -221,8 +223,10 @@ local function gcra(rate, period, burst, now)
 end
 
 -- The sliding window's arithmetic, for its take and its peek: the helpers
--- of a window of that many ms, made when called (as gcra's), so scripts
--- without a sliding window pay for this one function alone.
+-- of a window of that many ms, made when first called for that window in
+-- a script call (as gcra's, so scripts without a sliding window pay for
+-- this one function alone) and kept for the call's later decisions (a
+-- batch's) on the same window.
 --
 -- Time is whole ms of Redis's clock. Periods of window ms are aligned to
 -- it: the period holding t starts at t - t % window, so every subject and
@@ -240,13 +244,23 @@ end
 -- elapsed) reaches 2^62, past the 2^53 a double holds exactly, so muldiv
 -- forms the product in two halves and every quotient and remainder is
 -- exact, for every limit and window the bounds allow.
+local sliding_windows
 local function sliding_window(window)
-  local w = {}
-  -- Exact quotient and remainder, 0 <= n < 2^53, 0 < d < 2^53: n / d is
-  -- rounded once, so its floor is off by at most one.
+  if not sliding_windows then
+    sliding_windows = {}
+  end
+  local w = sliding_windows[window]
+  if w then
+    return w
+  end
+  w = {}
+  sliding_windows[window] = w
+  -- Exact quotient and remainder, 0 <= n, 0 < d, n + d < 2^53, with no C
+  -- call: n % d is n - floor(n / d) * d, n / d rounded once, so its floor
+  -- is off by at most one, and every product and difference is exact.
   local function quorem(n, d)
-    local q = math.floor(n / d)
-    local r = n - q * d
+    local r = n % d
+    local q = (n - r) / d
     if r < 0 then
       q, r = q - 1, r + d
     elseif r >= d then
@@ -258,8 +272,8 @@ local function sliding_window(window)
   -- 0 <= b, d < 2^32 (d > 0). a = hi * 65536 + lo: hi * b < 2^47, and
   -- r1 * 65536 + lo * b < 2^49, so every step is an exact integer.
   local function muldiv(a, b, d)
-    local hi = math.floor(a / 65536)
-    local lo = a - hi * 65536
+    local lo = a % 65536
+    local hi = (a - lo) / 65536
     local q1, r1 = quorem(hi * b, d)
     local q2, r2 = quorem(r1 * 65536 + lo * b, d)
     return q1 * 65536 + q2, r2

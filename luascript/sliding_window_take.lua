@@ -25,8 +25,10 @@
 -- WRONGTYPE (a malformed record), CONFLICT or REQUEST_IDS_FULL, each marked
 -- TTL_RESTORED; or the HSET that applies an accepted take. Forgetting old
 -- records is planned with reads only, REQUEST_IDS_FULL is decided on that
--- plan, and only then come the HSET, the HDEL of the plan and the PEXPIRE.
--- A denial writes nothing (but a restored TTL), so it consumes nothing.
+-- plan, and only then come the HSET (of the fields whose value changes),
+-- the HDEL of the plan and, unless the TTL already ends where it should,
+-- the PEXPIRE. A denial writes nothing (but a restored TTL), so it
+-- consumes nothing.
 --
 -- Under maxmemory (noeviction) the HSET, the first write that may grow
 -- memory, is refused before anything else is written, so a full Redis
@@ -82,7 +84,14 @@ end
 
 local _, now = redis_now()
 
-local f = redis.pcall('HMGET', key, 's', 'c', 'p', 'policy', 'ids', 'qh', 'qt', 'r:' .. id)
+-- Without a request id there is no record to read: the field list leaves
+-- it out rather than reading "r:", which no hash holds.
+local f
+if id == '' then
+  f = redis.pcall('HMGET', key, 's', 'c', 'p', 'policy', 'ids', 'qh', 'qt')
+else
+  f = redis.pcall('HMGET', key, 's', 'c', 'p', 'policy', 'ids', 'qh', 'qt', 'r:' .. id)
+end
 if f.err then
   if string.sub(f.err, 1, 10) == 'WRONGTYPE ' then
     return redis.error_reply('WRONGTYPE key is not a quotad sliding window: it holds another type')
@@ -91,16 +100,36 @@ if f.err then
 end
 local pttl = redis.call('PTTL', key)
 
+-- ids, qh and qt read as 0 when absent; a new window writes them all.
 local s, c, p, stored, ids, qh, qt = 0, 0, 0, window, 0, 0, 0
 local stored_policy = f[4]
 if pttl ~= -2 then
-  s = dec(f[1], 0, MAX_EXACT)
-  c = dec(f[2], 0, MAX_LIMIT)
-  p = dec(f[3], 0, MAX_LIMIT)
-  ids = dec(f[5] or '0', 0, MAX_REQUEST_IDS)
-  qh = dec(f[6] or '0', 0, MAX_EXACT)
-  qt = dec(f[7] or '0', 0, MAX_EXACT)
-  stored = stored_policy and dec(string.match(stored_policy, '^%d+:(%d+)$'), 1, MAX_WINDOW_MS)
+  -- The usual case, as for the arguments: one match of the counts joined
+  -- by ':' (no digit string holds one), none with a leading zero, then
+  -- their bounds, which refuse any of more than 16 digits. Anything else
+  -- goes through dec one by one; both accept exactly the same fields.
+  local f5, f6, f7 = f[5] or '0', f[6] or '0', f[7] or '0'
+  local all = f[1] and f[2] and f[3] and ':' .. f[1] .. ':' .. f[2] .. ':' .. f[3] .. ':' .. f5 .. ':' .. f6 .. ':' .. f7
+  if all and string.find(all, '^:%d+:%d+:%d+:%d+:%d+:%d+$') and not string.find(all, ':0%d') then
+    s, c, p, ids, qh, qt = f[1] + 0, f[2] + 0, f[3] + 0, f5 + 0, f6 + 0, f7 + 0
+    if s > MAX_EXACT or c > MAX_LIMIT or p > MAX_LIMIT or ids > MAX_REQUEST_IDS or qh > MAX_EXACT or qt > MAX_EXACT then
+      s = nil
+    end
+  else
+    s = nil
+  end
+  if not s then
+    s = dec(f[1], 0, MAX_EXACT)
+    c = dec(f[2], 0, MAX_LIMIT)
+    p = dec(f[3], 0, MAX_LIMIT)
+    ids = dec(f5, 0, MAX_REQUEST_IDS)
+    qh = dec(f6, 0, MAX_EXACT)
+    qt = dec(f7, 0, MAX_EXACT)
+  end
+  -- The caller's policy, the usual case, has this caller's window.
+  if stored_policy ~= policy then
+    stored = stored_policy and dec(string.match(stored_policy, '^%d+:(%d+)$'), 1, MAX_WINDOW_MS)
+  end
   if not (s and c and p and ids and qh and qt and stored and qh <= qt) then
     return redis.error_reply('WRONGTYPE key is not a quotad sliding window: a hash with other fields')
   end
@@ -154,14 +183,21 @@ end
 -- records stay bounded. Queue entries are "<id>:<expiry ms>"; a record
 -- renewed after its entry was queued is newer than the entry and stays.
 -- This take's own id is overwritten below, never forgotten.
-local drop, popped = {}, 0
+local drop, popped, forgot = nil, 0, 0
 if qh < qt then
-  local qf = {}
-  for i = 0, math.min(3, qt - qh) - 1 do
-    qf[i + 1] = 'q:' .. string.format('%d', qh + i)
+  -- '..' writes a number below 10^14 as its exact decimal.
+  local qf
+  if qt < 1e14 then
+    qf = {'q:' .. qh, 'q:' .. qh + 1, 'q:' .. qh + 2}
+  else
+    qf = {'q:' .. string.format('%d', qh), 'q:' .. string.format('%d', qh + 1), 'q:' .. string.format('%d', qh + 2)}
+  end
+  for i = qt - qh + 1, 3 do
+    qf[i] = nil
   end
   local qs = redis.call('HMGET', key, unpack(qf))
   local rf, seen = {}, {}
+  drop = {}
   for i = 1, #qf do
     local qid, qx = string.match(qs[i] or '', '^(.+):(%d+)$')
     qx = dec(qx, 0, MAX_EXACT)
@@ -182,51 +218,95 @@ if qh < qt then
       local rx = rec and dec(string.match(rec, ':(%d+)$'), 0, MAX_EXACT)
       if rec and (not rx or rx <= now) then
         drop[#drop + 1] = rf[i]
-        ids = math.max(ids - 1, 0)
+        forgot = forgot + 1
       end
     end
   end
 end
-qh = qh + popped
 
 cur = cur + cost
 local used = share + cur
 -- The take counts until the end of the next period: the key, and this
--- take's record, live exactly that long (two windows at most).
+-- take's record, live that long (two windows at most).
 local ends = start + 2 * window
-local fields = {'s', string.format('%d', start), 'c', string.format('%d', cur), 'p', string.format('%d', prev),
-  'policy', policy}
-if id ~= '' then
-  -- An expired record of this id is overwritten, so it is not counted again.
-  local fresh = not f[8]
-  if fresh and ids >= maxids then
-    return redis.error_reply('REQUEST_IDS_FULL window holds ' .. ids .. ' request ids' .. mark)
-  end
-  if fresh then
-    ids = ids + 1
-  end
-  local exp = string.format('%d', ends)
-  fields[#fields + 1] = 'r:' .. id
-  fields[#fields + 1] = cost_s .. ':' .. string.format('%d', used) .. ':' .. exp
-  fields[#fields + 1] = 'q:' .. string.format('%d', qt)
-  fields[#fields + 1] = id .. ':' .. exp
-  qt = qt + 1
+local held = ids
+if forgot > 0 then
+  held = ids > forgot and ids - forgot or 0
 end
-fields[#fields + 1] = 'ids'
-fields[#fields + 1] = string.format('%d', ids)
-fields[#fields + 1] = 'qh'
-fields[#fields + 1] = string.format('%d', qh)
-fields[#fields + 1] = 'qt'
-fields[#fields + 1] = string.format('%d', qt)
--- The HSET first (see the top): the fields it writes (this id's record, the
--- queue's new tail) are never among those dropped.
-redis.call('HSET', key, unpack(fields))
-if #drop > 0 then
+if id ~= '' and not f[8] then
+  -- An expired record of this id is overwritten, so it is not counted again.
+  if held >= maxids then
+    return redis.error_reply('REQUEST_IDS_FULL window holds ' .. held .. ' request ids' .. mark)
+  end
+  held = held + 1
+end
+-- Only the fields whose value changes are written: c always (cost >= 1);
+-- s, p and policy when the period or the policy moved on; ids, qh and qt
+-- when records came or went. A new window gets every field, in the order
+-- the hash always had. redis.call sends a number as its exact decimal;
+-- '..' writes one exactly below 10^14 (Redis's clock in ms stays below
+-- that for millennia, but a stored period may be anywhere up to
+-- MAX_EXACT). The HSET first (see the top): the fields it writes (this
+-- id's record, the queue's new tail) are never among those dropped.
+local qn = qt < 1e14 and qt or string.format('%d', qt)
+local endd = ends < 1e14 and ends or string.format('%d', ends)
+if pttl ~= -2 and start == s and prev == p and stored_policy == policy and popped == 0 then
+  -- The usual take: the same period and policy, no record forgotten.
+  if id == '' then
+    if held == ids then
+      redis.call('HSET', key, 'c', cur)
+    else
+      redis.call('HSET', key, 'c', cur, 'ids', held)
+    end
+  elseif held == ids then
+    redis.call('HSET', key, 'c', cur, 'r:' .. id, cost_s .. ':' .. used .. ':' .. endd,
+      'q:' .. qn, id .. ':' .. endd, 'qt', qt + 1)
+  else
+    redis.call('HSET', key, 'c', cur, 'r:' .. id, cost_s .. ':' .. used .. ':' .. endd,
+      'q:' .. qn, id .. ':' .. endd, 'ids', held, 'qt', qt + 1)
+  end
+else
+  local fields, n
+  if pttl == -2 then
+    fields, n = {'s', start, 'c', cur, 'p', prev, 'policy', policy}, 8
+  else
+    fields, n = {'c', cur}, 2
+    if start ~= s then
+      fields[3], fields[4], n = 's', start, 4
+    end
+    if prev ~= p then
+      fields[n + 1], fields[n + 2], n = 'p', prev, n + 2
+    end
+    if stored_policy ~= policy then
+      fields[n + 1], fields[n + 2], n = 'policy', policy, n + 2
+    end
+  end
+  if id ~= '' then
+    fields[n + 1], fields[n + 2] = 'r:' .. id, cost_s .. ':' .. used .. ':' .. endd
+    fields[n + 3], fields[n + 4], n = 'q:' .. qn, id .. ':' .. endd, n + 4
+  end
+  if pttl == -2 or held ~= ids then
+    fields[n + 1], fields[n + 2], n = 'ids', held, n + 2
+  end
+  if pttl == -2 or popped > 0 then
+    fields[n + 1], fields[n + 2], n = 'qh', qh + popped, n + 2
+  end
+  if pttl == -2 or id ~= '' then
+    fields[n + 1], fields[n + 2], n = 'qt', id ~= '' and qt + 1 or qt, n + 2
+  end
+  redis.call('HSET', key, unpack(fields, 1, n))
+end
+if drop and #drop > 0 then
   redis.call('HDEL', key, unpack(drop))
 end
 -- Under one window ends only moves on, so this never shortens the key's
 -- life; after a named policy's window shrank it may, and the records of
 -- the old window then go with the key once their takes no longer count
--- under the new one.
-redis.call('PEXPIRE', key, math.max(ends - now, 1))
-return {1, 0, used, ends - now, 0, healed}
+-- under the new one. A TTL that PTTL found already ending there, or a ms
+-- later (takes of one period, each setting it from its own reading of the
+-- clock), is left as it is: the PEXPIRE would change it by a ms at most.
+local ttl = ends - now
+if pttl < ttl or pttl > ttl + 1 then
+  redis.call('PEXPIRE', key, math.max(ttl, 1))
+end
+return {1, 0, used, ttl, 0, healed}

@@ -16,16 +16,15 @@
 -- Nothing here calls Redis until a script calls it, and nothing here
 -- writes. Redis runs the whole text on every call, and that shapes it:
 -- each helper is a closure made again on each run, and one that refers to
--- a local costs more, so there are few helpers, only redis_now and num
--- refer to a local (the instant it read, the decimals it read: each worth
--- more than the upvalue costs), and gcra makes its own only when called;
--- the checks of each script's arguments stay in the script, as plain code
--- over num, dec and the bounds. A
--- call of a C function (tonumber, string.*, math.*) costs more than a
--- closure, so dec and redis_now convert with arithmetic, and patterns use
--- string.find and %d. One more helper refers to a local, sliding_window:
--- the helpers it made for each window, kept for the call's later
--- decisions, are worth more than the upvalue costs.
+-- a local costs more, so there are few helpers, and only three refer to a
+-- local, each worth more than the upvalue costs: redis_now (the instant
+-- it read), num (the decimals it read) and sliding_window (the helpers it
+-- made for each window, kept for the call's later decisions); gcra makes
+-- its own only when called. The checks of each script's arguments stay in
+-- the script, as plain code over num, dec and the bounds. A call of a C
+-- function (tonumber, string.*, math.*) costs more than a closure, so dec
+-- and redis_now convert with arithmetic, and patterns use string.find and
+-- %d.
 
 -- A canonical decimal in lo..hi, else nil; s is a string, or nil or false
 -- (a field HMGET did not find, a pattern that did not match). The pattern

@@ -42,20 +42,16 @@ local limit_s, window_s, cost_s, maxids_s, strict, id = ARGV[1], ARGV[2], ARGV[3
 
 local policy = limit_s .. ':' .. window_s
 
--- Every argument at once, the usual case: one match of all of them joined
--- by ':' (none of the parts can hold one, so each is matched whole, as dec
--- and REQUEST_ID would), then their bounds in arithmetic. A canonical
--- decimal in bounds has at most 16 digits, so each value is exact. Any
--- other arguments go through the checks one by one, which say what is
--- wrong; both accept exactly the same arguments.
-local limit, window, cost, maxids
-if string.find(policy .. ':' .. cost_s .. ':' .. maxids_s .. ':' .. strict .. ':' .. id,
-    '^[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*$') then
-  limit, window, cost, maxids = limit_s + 0, window_s + 0, cost_s + 0, maxids_s + 0
-  if limit > MAX_LIMIT or window > MAX_WINDOW_MS or cost > limit or maxids > MAX_REQUEST_IDS
-      or #id > MAX_REQUEST_ID_BYTES then
-    limit = nil
-  end
+-- Every argument at once, the usual case: each number by num, then its
+-- bounds in arithmetic, strict, and the request id in one match. A
+-- canonical decimal in bounds has at most 16 digits, so each value is
+-- exact. Any other arguments go through the checks one by one, which say
+-- what is wrong; both accept exactly the same arguments.
+local limit, window, cost, maxids = num(limit_s), num(window_s), num(cost_s), num(maxids_s)
+if not (limit and window and cost and maxids and limit <= MAX_LIMIT and window <= MAX_WINDOW_MS
+    and cost <= limit and maxids <= MAX_REQUEST_IDS and (strict == '0' or strict == '1')
+    and (id == '' or #id <= MAX_REQUEST_ID_BYTES and string.find(id, REQUEST_ID))) then
+  limit = nil
 end
 if not limit then
   limit = dec(limit_s, 1, MAX_LIMIT)

@@ -113,13 +113,13 @@ end
 -- tokens. Its helpers are made when it is called, so a script without a
 -- bucket pays for gcra alone.
 local function gcra(rate, period, burst, now)
-  -- Exact integer quotient and remainder for 0 <= n < 2^53, 0 < d < 2^31.
-  -- (n - n % d) / d is math.floor(n / d), exactly (n % d is n - floor(n /
-  -- d) * d, a product and a difference of integers under 2^53), without a
-  -- C call; either may be off by one, which the steps after correct.
+  -- Exact integer quotient and remainder for 0 <= n < 2^53, 0 < d < 2^31,
+  -- with no C call: n % d is n - floor(n / d) * d, n / d rounded once, so
+  -- its floor is off by at most one, and every product and difference is
+  -- exact (as sliding_window's quorem).
   local function divmod(n, d)
-    local q = (n - n % d) / d
-    local r = n - q * d
+    local r = n % d
+    local q = (n - r) / d
     if r < 0 then
       q, r = q - 1, r + d
     elseif r >= d then

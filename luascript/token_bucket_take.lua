@@ -197,7 +197,8 @@ qh = qh + popped
 -- Only what changed is written: ids, qh and qt absent read as 0, so a
 -- bucket that never held a request id has none of them.
 local remaining = g.tokens(new_u, new_r)
-local ttl = g.ms_until(new_u, new_r)
+local reset = g.ms_until(new_u, new_r)
+local ttl = reset
 local fields = {'tat', string.format('%d', new_u), 'rem', string.format('%d', new_r)}
 if stored ~= policy then
   fields[5], fields[6] = 'policy', policy
@@ -240,4 +241,4 @@ if ttl < 1 then
   ttl = 1
 end
 redis.call('PEXPIRE', key, ttl)
-return {1, 0, remaining, g.ms_until(new_u, new_r), 0, healed}
+return {1, 0, remaining, reset, 0, healed}

@@ -49,7 +49,9 @@ for i = 1, #all, 2 do
     end
     if x > now then
       live = live + 1
-      last = math.max(last, x)
+      if x > last then
+        last = x
+      end
     end
   end
 end

@@ -51,7 +51,9 @@ for i = 1, #all, 2 do
       released = 1
     else
       live = live + 1
-      last = math.max(last, x)
+      if x > last then
+        last = x
+      end
     end
   end
 end

@@ -58,11 +58,14 @@ end
 
 local _, now = redis_now()
 
--- One read of the whole hash: it holds at most limit live leases.
+-- One read of the whole hash: it holds at most limit live leases. Each
+-- field is checked with one match of its name and dec of its value, and
+-- compared with plain operators: no capture, no math call.
 local all = redis.pcall('HGETALL', key)
 if all.err then
   return failed_read('lease set', all)
 end
+local own = 'l:' .. id
 local stored, mine = nil, nil
 local live, expired, first, last = 0, nil, nil, 0
 for i = 1, #all, 2 do
@@ -70,33 +73,37 @@ for i = 1, #all, 2 do
   if k == 'policy' and (v == policy or string.find(v, '^%d+:%d+$')) then
     stored = v
   else
-    local lid = string.match(k, '^l:(.+)$')
     local x = dec(v, 0, MAX_EXACT)
-    if not lid or not x then
+    if not x or not string.find(k, '^l:.') then
       return fail('WRONGTYPE', NOT_OURS .. 'lease set: a hash with other fields')
     end
     if x <= now then
       expired = expired or {}
       expired[#expired + 1] = k
-    elseif lid == id then
+    elseif k == own then
       mine = x
     else
       live = live + 1
-      first = math.min(first or x, x)
-      last = math.max(last, x)
+      if not first or x < first then
+        first = x
+      end
+      if x > last then
+        last = x
+      end
     end
   end
 end
-if #all > 0 and not stored then
-  return fail('WRONGTYPE', NOT_OURS .. 'lease set: a hash with other fields')
-end
-
-local pttl = redis.call('PTTL', key)
 local healed = 0
-if pttl == -1 then
-  -- Lost its TTL: give it back whatever follows, errors included.
-  redis.call('PEXPIRE', key, math.max(last - now, (mine or 0) - now, 1))
-  healed = 1
+if #all > 0 then
+  if not stored then
+    return fail('WRONGTYPE', NOT_OURS .. 'lease set: a hash with other fields')
+  end
+  -- A key that HGETALL found empty does not exist: it has no TTL to lose.
+  if redis.call('PTTL', key) == -1 then
+    -- Lost its TTL: give it back whatever follows, errors included.
+    redis.call('PEXPIRE', key, math.max(last - now, (mine or 0) - now, 1))
+    healed = 1
+  end
 end
 if strict == '1' and stored and stored ~= policy then
   return fail('POLICY', 'live lease set has limit:lease_ms ' .. stored, healed)
@@ -113,11 +120,13 @@ if not mine and live >= limit then
 end
 local exp = now + lease
 if stored == policy then
-  redis.call('HSET', key, 'l:' .. id, string.format('%d', exp))
+  redis.call('HSET', key, own, string.format('%d', exp))
 else
-  redis.call('HSET', key, 'l:' .. id, string.format('%d', exp), 'policy', policy)
+  redis.call('HSET', key, own, string.format('%d', exp), 'policy', policy)
 end
-last = math.max(last, exp)
+if exp > last then
+  last = exp
+end
 redis.call('PEXPIRE', key, last - now)
 local replay = 0
 if mine then

@@ -217,6 +217,45 @@ func TestLeasePolicyAndWrongType(t *testing.T) {
 	if _, err := luascript.ConcurrencyTake(t.Context(), e.c, lease(h, 1, minute, "a")); !errors.Is(err, luascript.ErrWrongType) {
 		t.Fatalf("take on a token bucket = %v, want WRONGTYPE", err)
 	}
+	// Every field of a lease set is its policy or a lease with a decimal
+	// expiry: any other hash is refused by each script, and left as it was.
+	later := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	for name, fields := range map[string][]string{
+		"another field":          {"policy", "1:60000", "l:b", later, "x:c", later},
+		"a lease without a name": {"policy", "1:60000", "l:", later},
+		"a lease with no expiry": {"policy", "1:60000", "l:b", "soon"},
+		"a policy of words":      {"policy", "one:minute", "l:b", later},
+		"no policy":              {"l:b", later},
+	} {
+		h := e.ccKey("other-" + strings.ReplaceAll(name, " ", "-"))
+		e.mustDo(append([]string{"HSET", h}, fields...)...)
+		e.mustDo("PEXPIRE", h, "60000")
+		errs := map[string]error{
+			"take": func() error {
+				_, err := luascript.ConcurrencyTake(t.Context(), e.c, lease(h, 5, minute, "a"))
+				return err
+			}(),
+			"peek": func() error {
+				_, err := luascript.ConcurrencyPeek(t.Context(), e.c, luascript.LeasePeekArgs{Key: h, Leases: luascript.Leases{Limit: 5, LeaseMS: minute}})
+				return err
+			}(),
+			"release": func() error { _, err := luascript.ConcurrencyRelease(t.Context(), e.c, h, "b"); return err }(),
+		}
+		for op, err := range errs {
+			if !errors.Is(err, luascript.ErrWrongType) {
+				t.Errorf("%s on a hash with %s = %v, want WRONGTYPE", op, name, err)
+			}
+		}
+		got, err := e.c.Do(t.Context(), e.c.B().Hgetall().Key(h).Build()).AsStrMap()
+		if err != nil || len(got) != len(fields)/2 {
+			t.Fatalf("hash with %s after the refusals = %v, %v; want its %d fields", name, got, err, len(fields)/2)
+		}
+		for i := 0; i < len(fields); i += 2 {
+			if got[fields[i]] != fields[i+1] {
+				t.Errorf("hash with %s: %s = %q after the refusals, want %q", name, fields[i], got[fields[i]], fields[i+1])
+			}
+		}
+	}
 	// A take needs a request id: it names the lease.
 	if _, err := luascript.ConcurrencyTake(t.Context(), e.c, lease(k, 2, minute, "")); !errors.Is(err, luascript.ErrInvalid) {
 		t.Fatalf("take without a request id = %v, want INVALID", err)

@@ -256,6 +256,7 @@ func mixedBatch(t *testing.T, e *env, seed ...*env) ([]luascript.Call, []string)
 	m := must(t)
 	fw, str, nottl := e.key("fw"), e.prefix+"str", e.key("nottl")
 	tbKey, ccKey, swKey := e.tbKey("tb"), e.ccKey("cc"), luascript.SlidingWindowKey(e.prefix, "pol", "sw")
+	tbMinute, tbDeep := e.tbKey("tb-minute"), e.tbKey("tb-deep")
 	hourly := luascript.TokenBucket{Rate: 1, PeriodMS: 3_600_000, Burst: 2}
 	tb := func(cost int64, id string) luascript.TokenBucketArgs {
 		return luascript.TokenBucketArgs{Key: tbKey, TokenBucket: hourly, Cost: cost, DedupeMS: 600_000, MaxRequestIDs: 10, RequestID: id}
@@ -299,6 +300,12 @@ func mixedBatch(t *testing.T, e *env, seed ...*env) ([]luascript.Call, []string)
 		m(luascript.TokenBucketPeekCall(luascript.TokenBucketPeekArgs{Key: tbKey, TokenBucket: luascript.TokenBucket{Rate: 2, PeriodMS: 3_600_000, Burst: 2}, Strict: true})),
 		raw(t, "token_bucket_take.lua", []string{tbKey}, "1", "3600000", "2", "3", "600000", "10", "0", ""),
 		raw(t, "token_bucket_take.lua", []string{str}, "1", "3600000", "2", "1", "600000", "10", "0", ""),
+		// Buckets of the same rate and another period or burst, between
+		// decisions on the hourly one: each decides by its own shape.
+		m(luascript.TokenBucketTakeCall(luascript.TokenBucketArgs{Key: tbMinute, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: minute, Burst: 2}, Cost: 2, DedupeMS: 600_000, MaxRequestIDs: 10})),
+		m(luascript.TokenBucketTakeCall(tb(1, ""))),
+		m(luascript.TokenBucketTakeCall(luascript.TokenBucketArgs{Key: tbDeep, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: 3_600_000, Burst: 5}, Cost: 3, DedupeMS: 600_000, MaxRequestIDs: 10, RequestID: "z"})),
+		m(luascript.TokenBucketPeekCall(luascript.TokenBucketPeekArgs{Key: tbMinute, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: minute, Burst: 2}})),
 
 		m(luascript.ConcurrencyTakeCall(lease(ccKey, 1, minute, "a"))),
 		m(luascript.ConcurrencyTakeCall(lease(ccKey, 1, minute, "b"))), // denied
@@ -334,7 +341,7 @@ func mixedBatch(t *testing.T, e *env, seed ...*env) ([]luascript.Call, []string)
 		multi(t, "m1", []luascript.Call{m(luascript.TakeCall(args(mfw, 2, 1, "m1"))), m(luascript.TokenBucketTakeCall(mtb(1, "m1")))}),
 		multi(t, "m2", []luascript.Call{m(luascript.TakeCall(args(mfw, 2, 1, "m2"))), m(luascript.TokenBucketTakeCall(mtb(2, "m2")))}),
 	}
-	return calls, []string{fw, nottl, tbKey, ccKey, swKey, mfw, mtbKey}
+	return calls, []string{fw, nottl, tbKey, tbMinute, tbDeep, ccKey, swKey, mfw, mtbKey}
 }
 
 // multi is the call of a take of several limits, the checks' calls built

@@ -16,15 +16,15 @@
 -- Nothing here calls Redis until a script calls it, and nothing here
 -- writes. Redis runs the whole text on every call, and that shapes it:
 -- each helper is a closure made again on each run, and one that refers to
--- a local costs more, so there are few helpers, and only three refer to a
--- local, each worth more than the upvalue costs: redis_now (the instant
--- it read), num (the decimals it read) and sliding_window (the helpers it
--- made for each window, kept for the call's later decisions); gcra makes
--- its own only when called. The checks of each script's arguments stay in
--- the script, as plain code over num, dec and the bounds. A call of a C
--- function (tonumber, string.*, math.*) costs more than a closure, so dec
--- and redis_now convert with arithmetic, and patterns use string.find and
--- %d.
+-- a local costs more, so there are few helpers, and only four refer to a
+-- local, each worth more than the upvalue costs: redis_now (the instant it
+-- read), num (the decimals it read), gcra and sliding_window (the helpers
+-- each made for a bucket's shape or a window, made only when called and
+-- kept for the call's later decisions). The checks of each script's
+-- arguments stay in the script, as plain code over num, dec and the
+-- bounds. A call of a C function (tonumber, string.*, math.*) costs more
+-- than a closure, so dec and redis_now convert with arithmetic, and
+-- patterns use string.find and %d.
 
 -- A canonical decimal in lo..hi, else nil; s is a string, or nil or false
 -- (a field HMGET did not find, a pattern that did not match). The pattern
@@ -111,8 +111,14 @@ end
 -- so every sum and product is an integer under 2^53 and nothing is
 -- rounded: the bucket admits exactly burst + rate * elapsed / period
 -- tokens. Its helpers are made when it is called, so a script without a
--- bucket pays for gcra alone.
+-- bucket pays for gcra alone, and kept for the call's later decisions (a
+-- batch's) on a bucket of the same shape: now is the call's one instant.
+local gcras
 local function gcra(rate, period, burst, now)
+  local kept = gcras and gcras[rate]
+  if kept and kept.period == period and kept.burst == burst and kept.now == now then
+    return kept
+  end
   -- Exact integer quotient and remainder for 0 <= n < 2^53, 0 < d < 2^31,
   -- with no C call: n % d is n - floor(n / d) * d, n / d rounded once, so
   -- its floor is off by at most one, and every product and difference is
@@ -158,7 +164,10 @@ local function gcra(rate, period, burst, now)
   end
   -- tau: how long a full bucket lasts.
   local tau_u, tau_r = span(burst)
-  local g = {span = span, add = add, sub = sub, le = le, tau_u = tau_u, tau_r = tau_r}
+  local g = {span = span, add = add, sub = sub, le = le, tau_u = tau_u, tau_r = tau_r,
+    period = period, burst = burst, now = now}
+  gcras = gcras or {}
+  gcras[rate] = g
   -- The TAT stored as (tat, rem) and written under the stored policy, as
   -- this shape sees it now. rem counts 1/rate of a µs of the rate it was
   -- written under: for another policy it is rounded up to a whole µs, which

@@ -195,11 +195,14 @@ end
 qh = qh + popped
 
 -- Only what changed is written: ids, qh and qt absent read as 0, so a
--- bucket that never held a request id has none of them.
+-- bucket that never held a request id has none of them. redis.call sends a
+-- number as its exact decimal, so the counters go as numbers; text made
+-- with '..' is exact only below 10^14, so the parts of a record are
+-- formatted.
 local remaining = g.tokens(new_u, new_r)
 local reset = g.ms_until(new_u, new_r)
 local ttl = reset
-local fields = {'tat', string.format('%d', new_u), 'rem', string.format('%d', new_r)}
+local fields = {'tat', new_u, 'rem', new_r}
 if stored ~= policy then
   fields[5], fields[6] = 'policy', policy
 end
@@ -215,18 +218,18 @@ if id ~= '' then
   local exp = string.format('%d', now_ms + dedupe)
   fields[n + 1], fields[n + 2] = 'r:' .. id, cost_s .. ':' .. string.format('%d', remaining) .. ':' .. exp
   fields[n + 3], fields[n + 4] = 'q:' .. string.format('%d', qt), id .. ':' .. exp
-  fields[n + 5], fields[n + 6] = 'qt', string.format('%d', qt + 1)
+  fields[n + 5], fields[n + 6] = 'qt', qt + 1
   n = n + 6
   if ttl < dedupe then
     ttl = dedupe
   end
 end
 if ids ~= stored_ids then
-  fields[n + 1], fields[n + 2] = 'ids', string.format('%d', ids)
+  fields[n + 1], fields[n + 2] = 'ids', ids
   n = n + 2
 end
 if popped > 0 then
-  fields[n + 1], fields[n + 2] = 'qh', string.format('%d', qh)
+  fields[n + 1], fields[n + 2] = 'qh', qh
 end
 -- The HSET first (see the top): the fields it writes (this id's record, the
 -- queue's new tail) are never among those dropped.

@@ -213,9 +213,11 @@
 //     NOT_OURS (the start of the scripts' own WRONGTYPE message),
 //     failed_read (the WRONGTYPE guard: the reply to a failed redis.pcall
 //     read of the key), REQUEST_ID (a request id's pattern), redis_now
-//     (Redis's clock in µs and ms, read once a call), gcra (the token
-//     bucket's exact arithmetic), and the constants scripts.go writes from
-//     quotad/limits:
+//     (Redis's clock in µs and ms, read once a call), num (an argument's
+//     value, read once a call), gcra and sliding_window (the token
+//     bucket's and the sliding window's exact arithmetic, made once a call
+//     for each bucket shape or window), and the constants scripts.go
+//     writes from quotad/limits:
 //     MAX_LIMIT, MAX_WINDOW_MS, MAX_LEASES, MAX_REQUEST_ID_BYTES,
 //     MAX_REQUEST_IDS, MAX_EXACT and REQUEST_ID_RULE. A new bound goes into
 //     quotad/limits and boundsLua, never into a script as a literal. Redis

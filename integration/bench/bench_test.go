@@ -104,6 +104,32 @@ func TestBenchComparesABaselineBuild(t *testing.T) {
 	})
 }
 
+// TestBenchMeasuresOnlyTheRowsAsked: with -rows, the rows it matches are
+// measured beside the four the targets compare with, and the others, with
+// the targets that read them, are left out rather than shown as zero.
+func TestBenchMeasuresOnlyTheRowsAsked(t *testing.T) {
+	out := runBench(t, options{quotad: quotadBin, baseline: quotadBin, duration: 60 * time.Millisecond, rounds: 1, rows: "^token bucket, 64x16$"})
+	wantLines(t, out, []string{
+		"those matching ^token bucket, 64x16$",
+		matrix[rowPipelining].name, matrix[rowInProcPipe].name, matrix[rowOneAtATime].name, matrix[rowInProcOne].name,
+		matrix[rowTokenBucket].name, "token bucket, 64x16 vs fixed window", "pipelining, quotad vs in-process",
+	})
+	for i, r := range matrix {
+		if i > rowInProcOne && i != rowTokenBucket && strings.Contains(out, r.name) {
+			t.Errorf("output has the row %q, which -rows does not match:\n%s", r.name, out)
+		}
+	}
+	for _, line := range []string{"pipelining with request ids", "sliding window"} {
+		if strings.Contains(out, line) {
+			t.Errorf("output has %q, of a row not measured:\n%s", line, out)
+		}
+	}
+	var none bytes.Buffer
+	if err := run(context.Background(), options{quotad: quotadBin, rows: "("}, &none); err == nil || !strings.Contains(err.Error(), "rows") {
+		t.Errorf("-rows ( = %v, want an error naming rows", err)
+	}
+}
+
 func TestPairedRatiosAreOfTheSameRound(t *testing.T) {
 	main := []sample{{rate: 110}, {rate: 90}, {rate: 300}}
 	base := []sample{{rate: 100}, {rate: 100}, {rate: 200}, {rate: 50}}

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strconv"
@@ -63,6 +64,7 @@ type options struct {
 	floodConns  int
 	floodFor    time.Duration
 	sidecarArgs string
+	rows        string // a regular expression: the quotad rows measured
 }
 
 func main() {
@@ -76,6 +78,7 @@ func main() {
 	flag.IntVar(&o.floodConns, "flood-conns", 100, "connections of the flood check")
 	flag.DurationVar(&o.floodFor, "flood-duration", 5*time.Second, "length of the flood check")
 	flag.StringVar(&o.sidecarArgs, "sidecar-args", os.Getenv("BENCH_SIDECAR_ARGS"), "extra flags for quotad serve, of both builds (BENCH_SIDECAR_ARGS)")
+	flag.StringVar(&o.rows, "rows", os.Getenv("BENCH_ROWS"), "a regular expression: measure only the rows whose name it matches, beside the four the targets compare with (BENCH_ROWS)")
 	flag.Parse()
 	if err := run(context.Background(), o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -190,6 +193,7 @@ type sidecar struct {
 
 type bench struct {
 	o        options
+	rows     *regexp.Regexp // nil: every row
 	out      io.Writer
 	dir      string
 	redis    *redistest.Server
@@ -198,6 +202,13 @@ type bench struct {
 }
 
 func run(ctx context.Context, o options, out io.Writer) (err error) {
+	var rows *regexp.Regexp
+	if o.rows != "" {
+		var err error
+		if rows, err = regexp.Compile(o.rows); err != nil {
+			return fmt.Errorf("rows: %w", err)
+		}
+	}
 	bins := []string{o.quotad}
 	if o.baseline != "" {
 		bins = append(bins, o.baseline)
@@ -212,7 +223,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	b := &bench{o: o, out: out, dir: dir}
+	b := &bench{o: o, out: out, dir: dir, rows: rows}
 	if b.redis, err = redistest.Launch(dir); err != nil {
 		return err
 	}
@@ -248,6 +259,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	type unit struct{ row, build int }
 	var units []unit
 	for i := range matrix {
+		if !b.measured(i) {
+			continue
+		}
 		for k := range samples[i] {
 			units = append(units, unit{i, k})
 		}
@@ -295,6 +309,12 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	return nil
 }
 
+// measured says whether row i is measured: every row, or with -rows the
+// rows it matches and the four the targets compare with.
+func (b *bench) measured(i int) bool {
+	return b.rows == nil || i <= rowInProcOne || b.rows.MatchString(matrix[i].name)
+}
+
 func (b *bench) header() {
 	model := "unknown CPU"
 	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -323,6 +343,9 @@ func (b *bench) header() {
 		b.o.subjects, limit, windowMS, limit, windowMS, limit, windowMS, b.o.rounds, b.o.duration)
 	if b.o.sidecarArgs != "" {
 		fmt.Fprintf(b.out, "quotad serve %s\n", b.o.sidecarArgs)
+	}
+	if b.rows != nil {
+		fmt.Fprintf(b.out, "rows: the fixed window's and the in-process client's, and those matching %s\n", b.rows)
 	}
 	fmt.Fprintln(b.out)
 }

@@ -17,35 +17,25 @@
 
 local MAX_PERIOD_MS = 32 * 86400000
 
--- Its own helpers, so that it needs of the prelude only dec, redis_now and
--- the bounds. An error reply: its code, its message, and the mark of a
--- restored TTL when healed is 1.
-local function reply_error(code, msg, healed)
-  if healed == 1 then
-    msg = msg .. ' TTL_RESTORED'
-  end
-  return redis.error_reply(code .. ' ' .. msg)
-end
-
 if #KEYS ~= 3 or #ARGV ~= 7 then
-  return reply_error('INVALID', 'want 3 keys and 7 arguments')
+  return fail('INVALID', 'want 3 keys and 7 arguments')
 end
 local limit_s, strict, spec = ARGV[1], ARGV[2], ARGV[3]
 if not dec(limit_s, 1, MAX_LIMIT) then
-  return reply_error('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
+  return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
 end
 if strict ~= '0' and strict ~= '1' then
-  return reply_error('INVALID', 'strict must be 0 or 1')
+  return fail('INVALID', 'strict must be 0 or 1')
 end
 if #spec > 128 or string.sub(spec, 1, #limit_s + 1) ~= limit_s .. ':'
     or not string.match(spec, '^[0-9]+:[a-z]+:[A-Za-z0-9_/+%-]+:[a-z-]+:[0-9]+$') then
-  return reply_error('INVALID', 'spec must be limit:period:zone:week_start:jitter_ms')
+  return fail('INVALID', 'spec must be limit:period:zone:week_start:jitter_ms')
 end
 local edges = {}
 for i = 1, 4 do
   edges[i] = dec(ARGV[3 + i], 0, MAX_EXACT)
   if not edges[i] or (i > 1 and (edges[i] <= edges[i - 1] or edges[i] - edges[i - 1] > MAX_PERIOD_MS)) then
-    return reply_error('INVALID', 'edges must be 4 increasing decimals, at most ' .. MAX_PERIOD_MS .. ' ms apart')
+    return fail('INVALID', 'edges must be 4 increasing decimals, at most ' .. MAX_PERIOD_MS .. ' ms apart')
   end
 end
 
@@ -57,26 +47,23 @@ for i = 1, 3 do
   end
 end
 if not p then
-  return reply_error('CLOCK_SKEW', 'redis time ' .. now .. ' ms is outside the periods from ' ..
+  return fail('CLOCK_SKEW', 'redis time ' .. now .. ' ms is outside the periods from ' ..
     edges[1] .. ' to ' .. edges[4] .. ': the sidecar clock is more than a period away from redis')
 end
 local key, reset = KEYS[p], edges[p + 1] - now
 
 local f = redis.pcall('HMGET', key, 'used', 'policy')
 if f.err then
-  if string.sub(f.err, 1, 10) == 'WRONGTYPE ' then
-    return reply_error('WRONGTYPE', 'key is not a quotad window: it holds another type')
-  end
-  return f
+  return failed_read('window', f)
 end
 if not f[1] and not f[2] and redis.call('EXISTS', key) == 0 then
   return {0, 0, reset}
 end
 local used = dec(f[1], 0, MAX_LIMIT)
 if not used or type(f[2]) ~= 'string' or not string.match(f[2], '^[0-9]+:[a-z]+:') then
-  return reply_error('WRONGTYPE', 'key is not a quotad window: a hash with other fields')
+  return fail('WRONGTYPE', NOT_OURS .. 'window: a hash with other fields')
 end
 if strict == '1' and f[2] ~= spec then
-  return reply_error('POLICY', 'live window has limit:period:zone:week_start:jitter_ms ' .. f[2])
+  return fail('POLICY', 'live window has limit:period:zone:week_start:jitter_ms ' .. f[2])
 end
 return {1, used, reset}

@@ -38,18 +38,8 @@ local MARGIN_MS = 1000
 -- The longest a period can be: a month of 31 days and a zone change.
 local MAX_PERIOD_MS = 32 * 86400000
 
--- Its own helpers, so that it needs of the prelude only dec, redis_now and
--- the bounds. An error reply: its code, its message, and the mark of a
--- restored TTL when healed is 1.
-local function reply_error(code, msg, healed)
-  if healed == 1 then
-    msg = msg .. ' TTL_RESTORED'
-  end
-  return redis.error_reply(code .. ' ' .. msg)
-end
-
 if #KEYS ~= 3 or #ARGV ~= 10 then
-  return reply_error('INVALID', 'want 3 keys and 10 arguments')
+  return fail('INVALID', 'want 3 keys and 10 arguments')
 end
 local limit_s, cost_s, maxids_s, strict, id, spec = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 
@@ -76,33 +66,33 @@ end
 if not limit then
   limit = dec(limit_s, 1, MAX_LIMIT)
   if not limit then
-    return reply_error('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
+    return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
   end
   cost = dec(cost_s, 1, limit)
   if not cost then
-    return reply_error('INVALID', 'cost must be a decimal in 1..limit')
+    return fail('INVALID', 'cost must be a decimal in 1..limit')
   end
   maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
   if not maxids then
-    return reply_error('INVALID', 'max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
+    return fail('INVALID', 'max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
   end
   if strict ~= '0' and strict ~= '1' then
-    return reply_error('INVALID', 'strict must be 0 or 1')
+    return fail('INVALID', 'strict must be 0 or 1')
   end
   if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, '^[A-Za-z0-9_%-]+$')) then
-    return reply_error('INVALID', 'request id must be 1..' .. MAX_REQUEST_ID_BYTES .. ' of A-Z a-z 0-9 _ -')
+    return fail('INVALID', 'request id must be 1..' .. MAX_REQUEST_ID_BYTES .. ' of A-Z a-z 0-9 _ -')
   end
 end
 if #spec > 128 or string.sub(spec, 1, #limit_s + 1) ~= limit_s .. ':'
     or not string.match(spec, '^[0-9]+:[a-z]+:[A-Za-z0-9_/+%-]+:[a-z-]+:[0-9]+$') then
-  return reply_error('INVALID', 'spec must be limit:period:zone:week_start:jitter_ms')
+  return fail('INVALID', 'spec must be limit:period:zone:week_start:jitter_ms')
 end
 if not edges then
   edges = {}
   for i = 1, 4 do
     edges[i] = dec(ARGV[6 + i], 0, MAX_EXACT)
     if not edges[i] or (i > 1 and (edges[i] <= edges[i - 1] or edges[i] - edges[i - 1] > MAX_PERIOD_MS)) then
-      return reply_error('INVALID', 'edges must be 4 increasing decimals, at most ' .. MAX_PERIOD_MS .. ' ms apart')
+      return fail('INVALID', 'edges must be 4 increasing decimals, at most ' .. MAX_PERIOD_MS .. ' ms apart')
     end
   end
 end
@@ -115,17 +105,14 @@ for i = 1, 3 do
   end
 end
 if not p then
-  return reply_error('CLOCK_SKEW', 'redis time ' .. now .. ' ms is outside the periods from ' ..
+  return fail('CLOCK_SKEW', 'redis time ' .. now .. ' ms is outside the periods from ' ..
     edges[1] .. ' to ' .. edges[4] .. ': the sidecar clock is more than a period away from redis')
 end
 local key, ttl, reset = KEYS[p], edges[p + 1] + MARGIN_MS - now, edges[p + 1] - now
 
 local f = redis.pcall('HMGET', key, 'used', 'policy', 'ids', 'r:' .. id)
 if f.err then
-  if string.sub(f.err, 1, 10) == 'WRONGTYPE ' then
-    return reply_error('WRONGTYPE', 'key is not a quotad window: it holds another type')
-  end
-  return f
+  return failed_read('window', f)
 end
 local pttl = redis.call('PTTL', key)
 
@@ -144,7 +131,7 @@ end
 local used = dec(f[1], 0, MAX_LIMIT)
 local ids = dec(f[3] or '0', 0, MAX_REQUEST_IDS)
 if not used or not ids or type(f[2]) ~= 'string' or not string.match(f[2], '^[0-9]+:[a-z]+:') then
-  return reply_error('WRONGTYPE', 'key is not a quotad window: a hash with other fields')
+  return fail('WRONGTYPE', NOT_OURS .. 'window: a hash with other fields')
 end
 
 -- The key names its period, so its end is known whoever wrote it.
@@ -155,17 +142,17 @@ if pttl == -1 then
 end
 
 if strict == '1' and f[2] ~= spec then
-  return reply_error('POLICY', 'live window has limit:period:zone:week_start:jitter_ms ' .. f[2], healed)
+  return fail('POLICY', 'live window has limit:period:zone:week_start:jitter_ms ' .. f[2], healed)
 end
 
 if id ~= '' and f[4] then
   local rc, ru = string.match(f[4], '^([0-9]+):([0-9]+)$')
   ru = dec(ru, 1, MAX_LIMIT)
   if not ru then
-    return reply_error('WRONGTYPE', 'key is not a quotad window: malformed request id record', healed)
+    return fail('WRONGTYPE', NOT_OURS .. 'window: malformed request id record', healed)
   end
   if rc ~= cost_s then
-    return reply_error('CONFLICT', 'request id was accepted with cost ' .. rc, healed)
+    return fail('CONFLICT', 'request id was accepted with cost ' .. rc, healed)
   end
   return {1, ru, 1, reset, healed}
 end
@@ -180,7 +167,7 @@ if id == '' then
   redis.call('HSET', key, 'used', used, 'policy', spec)
 else
   if ids >= maxids then
-    return reply_error('REQUEST_IDS_FULL', 'window holds ' .. ids .. ' request ids', healed)
+    return fail('REQUEST_IDS_FULL', 'window holds ' .. ids .. ' request ids', healed)
   end
   redis.call('HSET', key, 'used', used, 'policy', spec, 'ids', ids + 1, 'r:' .. id, cost_s .. ':' .. used)
 end

@@ -106,7 +106,7 @@ local function run(i, c)
   mt.found = nil
   local r = c.body.fn(c.keys, c.args)
   if type(r) ~= 'table' then
-    return nil, redis.error_reply('ERR check ' .. i .. ': its body answered no array')
+    return nil, fail('ERR', 'check ' .. i .. ': its body answered no array')
   end
   if r.err then
     local code, msg = string.match(r.err, '^(%S+) (.*)$')
@@ -116,10 +116,10 @@ local function run(i, c)
     if mt.dry then
       msg = string.gsub(msg, ' TTL_RESTORED$', '')
     end
-    return nil, redis.error_reply(code .. ' check ' .. i .. ': ' .. msg)
+    return nil, fail(code, 'check ' .. i .. ': ' .. msg)
   end
   if r[1] == 1 and r[c.body.replay] == 1 and mt.found and mt.found ~= digest then
-    return nil, redis.error_reply('CONFLICT check ' .. i ..
+    return nil, fail('CONFLICT', 'check ' .. i ..
       ': request id was accepted by a take of another set of checks or costs')
   end
   return r
@@ -148,7 +148,7 @@ for i = 1, n do
   local c = checks[i]
   local r, err = run(i, c)
   if not r then
-    return redis.error_reply('ERR check ' .. i .. ' refused in the applying pass, after the checks before it applied: ' .. (err.err or ''))
+    return fail('ERR', 'check ' .. i .. ' refused in the applying pass, after the checks before it applied: ' .. (err.err or ''))
   end
   replies[i + 1] = r
 end

@@ -37,14 +37,14 @@ local RECORD = '^(.*):m(%x+):[^:]*$'
 
 local n = dec(ARGV[1], 1, MAX_CHECKS)
 if not n then
-  return redis.error_reply('INVALID want 1..' .. MAX_CHECKS .. ' checks')
+  return fail('INVALID', 'want 1..' .. MAX_CHECKS .. ' checks')
 end
 local id, digest = ARGV[2], ARGV[3]
 if #id < 1 or #id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID) then
-  return redis.error_reply('INVALID ' .. REQUEST_ID_RULE)
+  return fail('INVALID', REQUEST_ID_RULE)
 end
 if not string.find(digest, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$') then
-  return redis.error_reply('INVALID digest must be 16 hex digits')
+  return fail('INVALID', 'digest must be 16 hex digits')
 end
 local BODIES = {fixed_window_take = true, token_bucket_take = true, concurrency_take = true,
   sliding_window_take = true, calendar_take = true}
@@ -53,7 +53,7 @@ for i = 1, n do
   local body = ARGV[a]
   local nkeys, nargs = dec(ARGV[a + 2], 1, 3), dec(ARGV[a + 3], 1, 16)
   if not BODIES[body] or not nkeys or not nargs or k + nkeys - 1 > #KEYS or a + 3 + nargs > #ARGV then
-    return redis.error_reply('INVALID check ' .. i .. ': want body, shadow, nkeys, nargs and its arguments')
+    return fail('INVALID', 'check ' .. i .. ': want body, shadow, nkeys, nargs and its arguments')
   end
   local ck, ca = {}, {}
   for j = 1, nkeys do
@@ -66,7 +66,7 @@ for i = 1, n do
   a, k = a + 4 + nargs, k + nkeys
 end
 if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
-  return redis.error_reply('INVALID arguments or keys left over after the checks')
+  return fail('INVALID', 'arguments or keys left over after the checks')
 end
 
 local rec = 'r:' .. id

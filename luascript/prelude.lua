@@ -16,15 +16,17 @@
 -- Nothing here calls Redis until a script calls it, and nothing here
 -- writes. Redis runs the whole text on every call, and that shapes it:
 -- each helper is a closure made again on each run, and one that refers to
--- a local costs more, so there are few helpers, and only four refer to a
--- local, each worth more than the upvalue costs: redis_now (the instant it
--- read), num (the decimals it read), gcra and sliding_window (the helpers
--- each made for a bucket's shape or a window, made only when called and
--- kept for the call's later decisions). The checks of each script's
--- arguments stay in the script, as plain code over num, dec and the
--- bounds. A call of a C function (tonumber, string.*, math.*) costs more
--- than a closure, so dec and redis_now convert with arithmetic, and
--- patterns use string.find and %d.
+-- a local costs more, so there are few helpers, and only five refer to a
+-- local: muldiv (quorem, so that the exact division is written once for
+-- both kinds of arithmetic), and, each worth more than the upvalue costs,
+-- redis_now (the instant it read), num (the decimals it read), gcra and
+-- sliding_window (the helpers each made for a bucket's shape or a window,
+-- made only when called and kept for the call's later decisions). The
+-- checks of each script's arguments stay in the script, as plain code over
+-- num, dec and the bounds, and every error reply goes through fail. A call
+-- of a C function (tonumber, string.*, math.*) costs more than a closure,
+-- so dec and redis_now convert with arithmetic, and patterns use
+-- string.find and %d.
 
 -- A canonical decimal in lo..hi, else nil; s is a string, or nil or false
 -- (a field HMGET did not find, a pattern that did not match). The pattern
@@ -106,6 +108,33 @@ local function redis_now()
   return now_us, (now_us - now_us % 1000) / 1000
 end
 
+-- Exact integer division for gcra and sliding_window, with no C call.
+-- quorem(n, d) is the quotient and remainder of n / d for 0 <= n, 0 < d,
+-- n + d < 2^53: n % d is n - floor(n / d) * d, n / d rounded once, so its
+-- floor is off by at most one, and every product and difference is exact.
+local function quorem(n, d)
+  local r = n % d
+  local q = (n - r) / d
+  if r < 0 then
+    q, r = q - 1, r + d
+  elseif r >= d then
+    q, r = q + 1, r - d
+  end
+  return q, r
+end
+
+-- floor(a * b / d) and its remainder, exactly, for 0 <= a < 2^31 and
+-- 0 <= b, d < 2^32 (d > 0), where a * b may pass 2^53. a = hi * 65536 +
+-- lo: hi * b < 2^47, and r1 * 65536 + lo * b < 2^49, so every step is an
+-- exact integer.
+local function muldiv(a, b, d)
+  local lo = a % 65536
+  local hi = (a - lo) / 65536
+  local q1, r1 = quorem(hi * b, d)
+  local q2, r2 = quorem(r1 * 65536 + lo * b, d)
+  return q1 * 65536 + q2, r2
+end
+
 -- The GCRA arithmetic of a bucket of that shape at now (µs), for the take
 -- and the peek. A time is (u, r): u + r/rate microseconds, 0 <= r < rate,
 -- so every sum and product is an integer under 2^53 and nothing is
@@ -119,31 +148,14 @@ local function gcra(rate, period, burst, now)
   if kept and kept.period == period and kept.burst == burst and kept.now == now then
     return kept
   end
-  -- Exact integer quotient and remainder for 0 <= n < 2^53, 0 < d < 2^31,
-  -- with no C call: n % d is n - floor(n / d) * d, n / d rounded once, so
-  -- its floor is off by at most one, and every product and difference is
-  -- exact (as sliding_window's quorem).
-  local function divmod(n, d)
-    local r = n % d
-    local q = (n - r) / d
-    if r < 0 then
-      q, r = q - 1, r + d
-    elseif r >= d then
-      q, r = q + 1, r - d
-    end
-    return q, r
-  end
   -- One token lasts period_us / rate = a + b/rate microseconds.
   local period_us = period * 1000
-  local a, b = divmod(period_us, rate)
-  -- n tokens last span(n). n*b can reach 2^60, so it is multiplied in two
-  -- halves.
+  local a, b = quorem(period_us, rate)
+  -- n tokens last span(n). n (a number of tokens) and b are at most
+  -- MAX_LIMIT < 2^31, so muldiv is exact where n*b reaches 2^60.
   local function span(n)
-    local lo = n % 65536
-    local hi = (n - lo) / 65536
-    local q1, r1 = divmod(hi * b, rate)
-    local q2, r2 = divmod(r1 * 65536 + lo * b, rate)
-    return n * a + q1 * 65536 + q2, r2
+    local q, r = muldiv(n, b, rate)
+    return n * a + q, r
   end
   local function add(u1, r1, u2, r2)
     local u, r = u1 + u2, r1 + r2
@@ -250,8 +262,8 @@ end
 -- with prev and the window's length, and would differ between a take and
 -- its retry_after_ms. It stays a ratio of integers. prev * (window -
 -- elapsed) reaches 2^62, past the 2^53 a double holds exactly, so muldiv
--- forms the product in two halves and every quotient and remainder is
--- exact, for every limit and window the bounds allow.
+-- (above) forms the product in two halves and every quotient and
+-- remainder is exact, for every limit and window the bounds allow.
 local sliding_windows
 local function sliding_window(window)
   if not sliding_windows then
@@ -263,29 +275,6 @@ local function sliding_window(window)
   end
   w = {}
   sliding_windows[window] = w
-  -- Exact quotient and remainder, 0 <= n, 0 < d, n + d < 2^53, with no C
-  -- call: n % d is n - floor(n / d) * d, n / d rounded once, so its floor
-  -- is off by at most one, and every product and difference is exact.
-  local function quorem(n, d)
-    local r = n % d
-    local q = (n - r) / d
-    if r < 0 then
-      q, r = q - 1, r + d
-    elseif r >= d then
-      q, r = q + 1, r - d
-    end
-    return q, r
-  end
-  -- floor(a * b / d) and its remainder, exactly, for 0 <= a < 2^31 and
-  -- 0 <= b, d < 2^32 (d > 0). a = hi * 65536 + lo: hi * b < 2^47, and
-  -- r1 * 65536 + lo * b < 2^49, so every step is an exact integer.
-  local function muldiv(a, b, d)
-    local lo = a % 65536
-    local hi = (a - lo) / 65536
-    local q1, r1 = quorem(hi * b, d)
-    local q2, r2 = quorem(r1 * 65536 + lo * b, d)
-    return q1 * 65536 + q2, r2
-  end
   -- prev's share of the estimate, elapsed ms into a period, rounded up.
   function w.share(prev, elapsed)
     if prev == 0 or elapsed >= window then

@@ -20,6 +20,13 @@ func TestEveryScriptIsPreludeThenBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	prelude := mustRead(t, "prelude.lua")
+	var helpers []string
+	for _, m := range regexp.MustCompile(`(?m)^local function (\w+)\(`).FindAllStringSubmatch(prelude, -1) {
+		helpers = append(helpers, m[1])
+	}
+	if len(helpers) < 8 {
+		t.Fatalf("found the prelude helpers %v, want dec, num, fail, failed_read, redis_now, quorem, muldiv, gcra and sliding_window", helpers)
+	}
 	n := 0
 	for _, name := range files {
 		if name == "prelude.lua" || name == "multitake_redis.lua" {
@@ -47,8 +54,16 @@ func TestEveryScriptIsPreludeThenBody(t *testing.T) {
 				t.Errorf("%s holds the bound %d as a literal", name, v)
 			}
 		}
-		if strings.Contains(body, "local function dec(") || strings.Contains(body, "local function divmod(") {
-			t.Errorf("%s defines its own copy of a prelude helper", name)
+		for _, helper := range helpers {
+			if strings.Contains(body, "function "+helper+"(") {
+				t.Errorf("%s defines its own %s, a prelude helper", name, helper)
+			}
+		}
+		// A script's own error replies go through fail, and a failed read
+		// of its key through failed_read; the batch driver, which answers
+		// for no script, is the one exception.
+		if name != "batch.lua" && strings.Contains(body, "redis.error_reply(") {
+			t.Errorf("%s makes an error reply of its own instead of calling fail", name)
 		}
 	}
 	if n != len(luascript.Sources()) {

@@ -15,30 +15,27 @@
 -- write it tried (no-writes).
 
 if #KEYS ~= 1 or #ARGV ~= 3 then
-  return redis.error_reply('INVALID want 1 key and 3 arguments')
+  return fail('INVALID', 'want 1 key and 3 arguments')
 end
 local key = KEYS[1]
 local limit_s, window_s, strict = ARGV[1], ARGV[2], ARGV[3]
 
 if not dec(limit_s, 1, MAX_LIMIT) then
-  return redis.error_reply('INVALID limit must be a decimal in 1..' .. MAX_LIMIT)
+  return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
 end
 local window = dec(window_s, 1, MAX_WINDOW_MS)
 if not window then
-  return redis.error_reply('INVALID window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
+  return fail('INVALID', 'window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
 end
 if strict ~= '0' and strict ~= '1' then
-  return redis.error_reply('INVALID strict must be 0 or 1')
+  return fail('INVALID', 'strict must be 0 or 1')
 end
 
 local _, now = redis_now()
 
 local f = redis.pcall('HMGET', key, 's', 'c', 'p', 'policy')
 if f.err then
-  if string.sub(f.err, 1, 10) == 'WRONGTYPE ' then
-    return redis.error_reply('WRONGTYPE key is not a quotad sliding window: it holds another type')
-  end
-  return f
+  return failed_read('sliding window', f)
 end
 if redis.call('EXISTS', key) == 0 then
   return {0, 0}
@@ -48,10 +45,10 @@ local c = dec(f[2], 0, MAX_LIMIT)
 local p = dec(f[3], 0, MAX_LIMIT)
 local stored = f[4] and dec(string.match(f[4], '^%d+:(%d+)$'), 1, MAX_WINDOW_MS)
 if not (s and c and p and stored) then
-  return redis.error_reply('WRONGTYPE key is not a quotad sliding window: a hash with other fields')
+  return fail('WRONGTYPE', NOT_OURS .. 'sliding window: a hash with other fields')
 end
 if strict == '1' and f[4] ~= limit_s .. ':' .. window_s then
-  return redis.error_reply('POLICY live window has limit:window_ms ' .. f[4])
+  return fail('POLICY', 'live window has limit:window_ms ' .. f[4])
 end
 local sw = sliding_window(window)
 local prev, cur, start, elapsed = sw.state(now, s, c, p, stored)

@@ -35,7 +35,7 @@
 -- leaves a window untouched (but for a restored TTL) or decides in full.
 
 if #KEYS ~= 1 or #ARGV ~= 6 then
-  return redis.error_reply('INVALID want 1 key and 6 arguments')
+  return fail('INVALID', 'want 1 key and 6 arguments')
 end
 local key = KEYS[1]
 local limit_s, window_s, cost_s, maxids_s, strict, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -56,25 +56,25 @@ end
 if not limit then
   limit = dec(limit_s, 1, MAX_LIMIT)
   if not limit then
-    return redis.error_reply('INVALID limit must be a decimal in 1..' .. MAX_LIMIT)
+    return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
   end
   window = dec(window_s, 1, MAX_WINDOW_MS)
   if not window then
-    return redis.error_reply('INVALID window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
+    return fail('INVALID', 'window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
   end
   cost = dec(cost_s, 1, limit)
   if not cost then
-    return redis.error_reply('INVALID cost must be a decimal in 1..limit')
+    return fail('INVALID', 'cost must be a decimal in 1..limit')
   end
   maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
   if not maxids then
-    return redis.error_reply('INVALID max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
+    return fail('INVALID', 'max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
   end
   if strict ~= '0' and strict ~= '1' then
-    return redis.error_reply('INVALID strict must be 0 or 1')
+    return fail('INVALID', 'strict must be 0 or 1')
   end
   if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, '^[A-Za-z0-9_%-]+$')) then
-    return redis.error_reply('INVALID request_id must be 1 to ' .. MAX_REQUEST_ID_BYTES .. ' of A-Z a-z 0-9 _ -')
+    return fail('INVALID', REQUEST_ID_RULE)
   end
 end
 
@@ -89,10 +89,7 @@ else
   f = redis.pcall('HMGET', key, 's', 'c', 'p', 'policy', 'ids', 'qh', 'qt', 'r:' .. id)
 end
 if f.err then
-  if string.sub(f.err, 1, 10) == 'WRONGTYPE ' then
-    return redis.error_reply('WRONGTYPE key is not a quotad sliding window: it holds another type')
-  end
-  return f
+  return failed_read('sliding window', f)
 end
 local pttl = redis.call('PTTL', key)
 
@@ -127,7 +124,7 @@ if pttl ~= -2 then
     stored = stored_policy and dec(string.match(stored_policy, '^%d+:(%d+)$'), 1, MAX_WINDOW_MS)
   end
   if not (s and c and p and ids and qh and qt and stored and qh <= qt) then
-    return redis.error_reply('WRONGTYPE key is not a quotad sliding window: a hash with other fields')
+    return fail('WRONGTYPE', NOT_OURS .. 'sliding window: a hash with other fields')
   end
 end
 
@@ -135,15 +132,15 @@ end
 -- whatever path follows, errors included: until its own counts have slid
 -- out under the window it was written with, not this caller's. Every
 -- error reply after it is marked.
-local healed, mark = 0, ''
+local healed = 0
 if pttl == -1 then
   local ttl = math.max(s + 2 * stored - now, 1)
   redis.call('PEXPIRE', key, ttl)
-  pttl, healed, mark = ttl, 1, ' TTL_RESTORED'
+  pttl, healed = ttl, 1
 end
 
 if strict == '1' and stored_policy and stored_policy ~= policy then
-  return redis.error_reply('POLICY live window has limit:window_ms ' .. stored_policy .. mark)
+  return fail('POLICY', 'live window has limit:window_ms ' .. stored_policy, healed)
 end
 
 -- A named policy's new limit applies at once to the counts; see
@@ -157,13 +154,13 @@ if id ~= '' and f[8] then
   rx = dec(rx, 0, MAX_EXACT)
   ru = dec(ru, 0, 2 * MAX_LIMIT)
   if not rx or not ru then
-    return redis.error_reply('WRONGTYPE key is not a quotad sliding window: malformed request id record' .. mark)
+    return fail('WRONGTYPE', NOT_OURS .. 'sliding window: malformed request id record', healed)
   end
   -- A record lasts as long as the take it records counts in any estimate:
   -- until the end of the period after the one it was counted in.
   if rx > now then
     if rc ~= cost_s then
-      return redis.error_reply('CONFLICT request id was accepted with cost ' .. rc .. mark)
+      return fail('CONFLICT', 'request id was accepted with cost ' .. rc, healed)
     end
     return {1, 1, ru, sw.reset(now, prev, cur, start), 0, healed}
   end
@@ -232,7 +229,7 @@ end
 if id ~= '' and not f[8] then
   -- An expired record of this id is overwritten, so it is not counted again.
   if held >= maxids then
-    return redis.error_reply('REQUEST_IDS_FULL window holds ' .. held .. ' request ids' .. mark)
+    return fail('REQUEST_IDS_FULL', 'window holds ' .. held .. ' request ids', healed)
   end
   held = held + 1
 end

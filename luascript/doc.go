@@ -252,9 +252,10 @@
 //     deciding write first, so that under maxmemory it is refused whole or
 //     decides whole (batch.lua). If it reads a hash an earlier release
 //     wrote, keep that release's script in testdata/ and test both
-//     directions (compat_test.go). A take's arguments may be checked in
-//     one match before the checks one by one (fixed_window_take.lua);
-//     then add its pattern to fastChecks in batch_test.go.
+//     directions (compat_test.go). A take's arguments may be checked at
+//     once, by num and their bounds, before the checks one by one
+//     (fixed_window_take.lua); then add to fastChecks in batch_test.go the
+//     start of that condition and the text that turns it off.
 //
 // # What this package must never do
 //

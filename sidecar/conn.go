@@ -23,6 +23,12 @@ const readBufSize = 4 << 10
 // waiting, so pipelining clients get many replies per syscall.
 const writeBufSize = 4 << 10
 
+// writeBufs holds the reply buffers of connections that have nothing to
+// write. A writer takes one for the replies it writes and gives it back
+// when it has flushed them, so an idle connection holds none: 2,000 idle
+// clients hold 8 MB less.
+var writeBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufSize) }}
+
 // slot is one request's place in its connection's reply order. The reader
 // fills req and pushes the slot; out is written once, before done is set;
 // after done the writer owns the slot and frees it. Slots are reused.
@@ -423,21 +429,27 @@ func (c *conn) ended() {
 
 func (c *conn) writeLoop() {
 	defer c.s.untrack(c)
-	defer c.nc.Close() // the reader closed the queue: it is done
-	bw := bufio.NewWriterSize(c.nc, writeBufSize)
+	defer c.nc.Close()   // the reader closed the queue: it is done
+	var bw *bufio.Writer // from writeBufs while it holds replies
 	broken := false
 	held := int64(0) // replies in bw, not flushed yet
 	flush := func() error {
+		if bw == nil {
+			return nil
+		}
 		err := bw.Flush()
 		c.unwritten.Add(-held)
 		held = 0
+		bw.Reset(nil)
+		writeBufs.Put(bw)
+		bw = nil
 		return err
 	}
 	write := func(sl *slot) {
 		if !sl.done.Load() {
 			// Send the replies already written before waiting on one that is
 			// not: they must not wait for a later request's Redis call.
-			if !broken && bw.Buffered() > 0 && flush() != nil {
+			if !broken && bw != nil && flush() != nil {
 				broken = true
 				c.close()
 			}
@@ -449,6 +461,10 @@ func (c *conn) writeLoop() {
 			freeSlot(sl)
 			c.unwritten.Add(-1)
 			return // keep draining so the reader is never blocked on the queue
+		}
+		if bw == nil {
+			bw = writeBufs.Get().(*bufio.Writer)
+			bw.Reset(c.nc)
 		}
 		_, err := bw.Write(sl.out)
 		freeSlot(sl)
@@ -469,7 +485,7 @@ func (c *conn) writeLoop() {
 		select {
 		case sl, open = <-c.queue:
 		default:
-			if !broken && bw.Buffered() > 0 && flush() != nil {
+			if !broken && bw != nil && flush() != nil {
 				broken = true
 				c.close()
 			}

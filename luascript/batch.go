@@ -239,7 +239,9 @@ func refArgs(calls []Call, g []int, na int) ([]string, bool) {
 	}
 	var bodies [4]decided
 	last := bodies[:0]
-	args := make([]string, 2, 2+min(na, maxCount))
+	// Room for a policy's arguments and one more per decision (its request
+	// id), what a batch of one policy sends; a mixed batch grows it.
+	args := make([]string, 2, 2+min(na, len(g)+16, maxCount))
 	refs := make([]byte, 0, na)
 	for _, i := range g {
 		c := &calls[i]

@@ -160,8 +160,8 @@ func ParseCalendarTake(res rueidis.RedisResult) (CalendarResult, error) {
 	if err := res.Error(); err != nil {
 		return CalendarResult{}, replyError(op, err)
 	}
-	v, err := ints(op, res, 5)
-	if err != nil {
+	var v [5]int64
+	if err := ints(op, res, v[:]); err != nil {
 		return CalendarResult{}, err
 	}
 	allowed, used, replay, reset, healed := v[0], v[1], v[2], v[3], v[4]
@@ -216,8 +216,8 @@ func ParseCalendarPeek(res rueidis.RedisResult) (CalendarPeekResult, error) {
 	if err := res.Error(); err != nil {
 		return CalendarPeekResult{}, replyError(op, err)
 	}
-	v, err := ints(op, res, 3)
-	if err != nil {
+	var v [3]int64
+	if err := ints(op, res, v[:]); err != nil {
 		return CalendarPeekResult{}, err
 	}
 	exists, used, reset := v[0], v[1], v[2]

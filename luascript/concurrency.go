@@ -86,12 +86,12 @@ func ConcurrencyTakeCall(a LeaseArgs) (Call, error) {
 	if err := checkRequestID(a.RequestID, true); err != nil {
 		return Call{}, err
 	}
-	return Call{s: concurrencyTake, keys: []string{a.Key}, args: []string{
+	return oneKey(concurrencyTake, a.Key,
 		strconv.FormatInt(a.Limit, 10),
 		strconv.FormatInt(a.LeaseMS, 10),
 		flag(a.Strict),
 		a.RequestID,
-	}}, nil
+	), nil
 }
 
 // ParseConcurrencyTake reads the result of a lease take's call. Its errors
@@ -101,8 +101,8 @@ func ParseConcurrencyTake(res rueidis.RedisResult) (LeaseResult, error) {
 	if err := res.Error(); err != nil {
 		return LeaseResult{}, replyError(op, err)
 	}
-	v, err := ints(op, res, 6)
-	if err != nil {
+	var v [6]int64
+	if err := ints(op, res, v[:]); err != nil {
 		return LeaseResult{}, err
 	}
 	allowed, replay, used, reset, retry, healed := v[0], v[1], v[2], v[3], v[4], v[5]
@@ -147,9 +147,9 @@ func ConcurrencyPeekCall(a LeasePeekArgs) (Call, error) {
 	if err := a.Validate(); err != nil {
 		return Call{}, err
 	}
-	return Call{s: concurrencyPeek, keys: []string{a.Key}, args: []string{
+	return oneKey(concurrencyPeek, a.Key,
 		strconv.FormatInt(a.Limit, 10), strconv.FormatInt(a.LeaseMS, 10), flag(a.Strict),
-	}}, nil
+	), nil
 }
 
 // ParseConcurrencyPeek reads the result of a lease set peek's call. Its
@@ -159,8 +159,8 @@ func ParseConcurrencyPeek(res rueidis.RedisResult) (LeasePeekResult, error) {
 	if err := res.Error(); err != nil {
 		return LeasePeekResult{}, replyError(op, err)
 	}
-	v, err := ints(op, res, 2)
-	if err != nil {
+	var v [2]int64
+	if err := ints(op, res, v[:]); err != nil {
 		return LeasePeekResult{}, err
 	}
 	if v[0] < 0 || v[1] < 0 || (v[0] == 0) != (v[1] == 0) {
@@ -196,7 +196,7 @@ func ConcurrencyReleaseCall(key, requestID string) (Call, error) {
 	if err := checkRequestID(requestID, true); err != nil {
 		return Call{}, err
 	}
-	return Call{s: concurrencyRelease, keys: []string{key}, args: []string{requestID}}, nil
+	return oneKey(concurrencyRelease, key, requestID), nil
 }
 
 // ParseConcurrencyRelease reads the result of a release's call. Its errors
@@ -206,8 +206,8 @@ func ParseConcurrencyRelease(res rueidis.RedisResult) (ReleaseResult, error) {
 	if err := res.Error(); err != nil {
 		return ReleaseResult{}, replyError(op, err)
 	}
-	v, err := ints(op, res, 2)
-	if err != nil {
+	var v [2]int64
+	if err := ints(op, res, v[:]); err != nil {
 		return ReleaseResult{}, err
 	}
 	if !isFlag(v[0]) || v[1] < 0 {

@@ -85,14 +85,14 @@ func TakeCall(a TakeArgs) (Call, error) {
 	if err := validateTake(a); err != nil {
 		return Call{}, err
 	}
-	return Call{s: fixedWindowTake, keys: []string{a.Key}, args: []string{
+	return oneKey(fixedWindowTake, a.Key,
 		strconv.FormatInt(a.Limit, 10),
 		strconv.FormatInt(a.WindowMS, 10),
 		strconv.FormatInt(a.Cost, 10),
 		strconv.FormatInt(a.MaxRequestIDs, 10),
 		flag(a.Strict),
 		a.RequestID,
-	}}, nil
+	), nil
 }
 
 // ParseTake reads the result of a take's call. Its errors are
@@ -102,8 +102,8 @@ func ParseTake(res rueidis.RedisResult) (TakeResult, error) {
 	if err := res.Error(); err != nil {
 		return TakeResult{}, replyError(op, err)
 	}
-	v, err := ints(op, res, 5)
-	if err != nil {
+	var v [5]int64
+	if err := ints(op, res, v[:]); err != nil {
 		return TakeResult{}, err
 	}
 	allowed, used, replay, pttl, healed := v[0], v[1], v[2], v[3], v[4]
@@ -152,11 +152,11 @@ func PeekCall(a PeekArgs) (Call, error) {
 	if err := validatePeek(a); err != nil {
 		return Call{}, err
 	}
-	return Call{s: fixedWindowPeek, keys: []string{a.Key}, args: []string{
+	return oneKey(fixedWindowPeek, a.Key,
 		strconv.FormatInt(a.Limit, 10),
 		strconv.FormatInt(a.WindowMS, 10),
 		flag(a.Strict),
-	}}, nil
+	), nil
 }
 
 // ParsePeek reads the result of a peek's call. Its errors are
@@ -166,8 +166,8 @@ func ParsePeek(res rueidis.RedisResult) (PeekResult, error) {
 	if err := res.Error(); err != nil {
 		return PeekResult{}, replyError(op, err)
 	}
-	v, err := ints(op, res, 3)
-	if err != nil {
+	var v [3]int64
+	if err := ints(op, res, v[:]); err != nil {
 		return PeekResult{}, err
 	}
 	exists, used, pttl := v[0], v[1], v[2]
@@ -228,22 +228,22 @@ func checkRequestID(id string, required bool) error {
 	return &Error{Code: CodeInvalid, Message: limits.RequestIDRule}
 }
 
-// ints reads a reply that must be an array of exactly n integers.
-func ints(op string, res rueidis.RedisResult, n int) ([]int64, error) {
+// ints reads a reply that must be an array of exactly len(v) integers
+// into v, which the caller keeps on its stack.
+func ints(op string, res rueidis.RedisResult, v []int64) error {
 	arr, err := res.ToArray()
 	if err != nil {
-		return nil, malformed(op, "%v", err)
+		return malformed(op, "%v", err)
 	}
-	if len(arr) != n {
-		return nil, malformed(op, "want %d integers, got %d values", n, len(arr))
+	if len(arr) != len(v) {
+		return malformed(op, "want %d integers, got %d values", len(v), len(arr))
 	}
-	v := make([]int64, n)
 	for i := range arr {
 		if v[i], err = arr[i].ToInt64(); err != nil {
-			return nil, malformed(op, "value %d: %v", i, err)
+			return malformed(op, "value %d: %v", i, err)
 		}
 	}
-	return v, nil
+	return nil
 }
 
 func flag(b bool) string {

@@ -83,3 +83,12 @@ func ExecMulti(ctx context.Context, client rueidis.Client, calls []Call) []rueid
 	}
 	return res
 }
+
+// oneKey is the call of s on key with args, its keys and arguments in one
+// allocation: every decision of a batch is one of these.
+func oneKey(s *script, key string, args ...string) Call {
+	kv := make([]string, 1+len(args))
+	kv[0] = key
+	copy(kv[1:], args)
+	return Call{s: s, keys: kv[:1:1], args: kv[1:]}
+}

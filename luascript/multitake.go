@@ -124,8 +124,8 @@ func ParseMultiGiveBack(res rueidis.RedisResult, n int) ([]bool, error) {
 	if err := res.Error(); err != nil {
 		return nil, replyError(op, err)
 	}
-	v, err := ints(op, res, n)
-	if err != nil {
+	v := make([]int64, n)
+	if err := ints(op, res, v); err != nil {
 		return nil, err
 	}
 	out := make([]bool, n)

@@ -120,13 +120,13 @@ func windowSettleCall(s *script, a WindowSettleArgs) (Call, error) {
 	if err := validateSettle(a.Key, a.Cost, a.RequestID); err != nil {
 		return Call{}, err
 	}
-	return Call{s: s, keys: []string{a.Key}, args: []string{
+	return oneKey(s, a.Key,
 		strconv.FormatInt(a.Limit, 10),
 		strconv.FormatInt(a.WindowMS, 10),
 		strconv.FormatInt(a.Cost, 10),
 		flag(a.Strict),
 		a.RequestID,
-	}}, nil
+	), nil
 }
 
 // CalendarSettleCall validates a calendar settle and builds its script
@@ -203,8 +203,8 @@ func parseSettle(op string, res rueidis.RedisResult, maxLevel int64, bucket bool
 	if err := res.Error(); err != nil {
 		return SettleResult{}, replyError(op, err)
 	}
-	v, err := ints(op, res, 7)
-	if err != nil {
+	var v [7]int64
+	if err := ints(op, res, v[:]); err != nil {
 		return SettleResult{}, err
 	}
 	settled, replay, reserved, level, reset, retry, healed := v[0], v[1], v[2], v[3], v[4], v[5], v[6]

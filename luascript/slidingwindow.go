@@ -81,14 +81,14 @@ func SlidingWindowTakeCall(a SlidingWindowArgs) (Call, error) {
 	if err != nil {
 		return Call{}, err
 	}
-	return Call{s: slidingWindowTake, keys: []string{a.Key}, args: []string{
+	return oneKey(slidingWindowTake, a.Key,
 		strconv.FormatInt(a.Limit, 10),
 		strconv.FormatInt(a.WindowMS, 10),
 		strconv.FormatInt(a.Cost, 10),
 		strconv.FormatInt(a.MaxRequestIDs, 10),
 		flag(a.Strict),
 		a.RequestID,
-	}}, nil
+	), nil
 }
 
 // ParseSlidingWindowTake reads the result of a sliding window take's call.
@@ -98,8 +98,8 @@ func ParseSlidingWindowTake(res rueidis.RedisResult) (SlidingWindowResult, error
 	if err := res.Error(); err != nil {
 		return SlidingWindowResult{}, replyError(op, err)
 	}
-	v, err := ints(op, res, 6)
-	if err != nil {
+	var v [6]int64
+	if err := ints(op, res, v[:]); err != nil {
 		return SlidingWindowResult{}, err
 	}
 	allowed, replay, used, reset, retry, healed := v[0], v[1], v[2], v[3], v[4], v[5]
@@ -143,11 +143,11 @@ func SlidingWindowPeekCall(a SlidingWindowPeekArgs) (Call, error) {
 	if err := validateWindow(a.Key, a.Limit, a.WindowMS); err != nil {
 		return Call{}, err
 	}
-	return Call{s: slidingWindowPeek, keys: []string{a.Key}, args: []string{
+	return oneKey(slidingWindowPeek, a.Key,
 		strconv.FormatInt(a.Limit, 10),
 		strconv.FormatInt(a.WindowMS, 10),
 		flag(a.Strict),
-	}}, nil
+	), nil
 }
 
 // ParseSlidingWindowPeek reads the result of a sliding window peek's call.
@@ -157,8 +157,8 @@ func ParseSlidingWindowPeek(res rueidis.RedisResult) (SlidingWindowPeekResult, e
 	if err := res.Error(); err != nil {
 		return SlidingWindowPeekResult{}, replyError(op, err)
 	}
-	v, err := ints(op, res, 2)
-	if err != nil {
+	var v [2]int64
+	if err := ints(op, res, v[:]); err != nil {
 		return SlidingWindowPeekResult{}, err
 	}
 	if v[0] < 0 || v[0] > 2*MaxLimit || v[1] < 0 {

@@ -117,8 +117,8 @@ func ParseTokenBucketTake(res rueidis.RedisResult) (TokenBucketResult, error) {
 	if err := res.Error(); err != nil {
 		return TokenBucketResult{}, replyError(op, err)
 	}
-	v, err := ints(op, res, 6)
-	if err != nil {
+	var v [6]int64
+	if err := ints(op, res, v[:]); err != nil {
 		return TokenBucketResult{}, err
 	}
 	allowed, replay, remaining, reset, retry, healed := v[0], v[1], v[2], v[3], v[4], v[5]
@@ -177,8 +177,8 @@ func ParseTokenBucketPeek(res rueidis.RedisResult) (TokenBucketPeekResult, error
 	if err := res.Error(); err != nil {
 		return TokenBucketPeekResult{}, replyError(op, err)
 	}
-	v, err := ints(op, res, 2)
-	if err != nil {
+	var v [2]int64
+	if err := ints(op, res, v[:]); err != nil {
 		return TokenBucketPeekResult{}, err
 	}
 	if v[0] < 0 || v[0] > MaxLimit || v[1] < 0 {

@@ -133,14 +133,21 @@ func (d *Dispatcher) undecided(dec *Decision, err error) {
 // is an answer from Redis, and a deadline the caller shortened with
 // timeout_ms is not evidence that Redis is down.
 func (d *Dispatcher) observe(key string, err error, shortened bool) {
-	var le *luascript.Error
 	switch {
-	case errors.As(err, &le):
+	case err == nil:
+	case isScriptError(err):
 		err = nil
 	case shortened && errors.Is(err, context.DeadlineExceeded):
 		return
 	}
 	d.store.Observe(key, err)
+}
+
+// isScriptError reports whether err is a script's typed error, found
+// without the allocation errors.As makes.
+func isScriptError(err error) bool {
+	_, ok := errors.AsType[*luascript.Error](err)
+	return ok
 }
 
 // isRedisReply reports whether err is an error reply from Redis itself, as

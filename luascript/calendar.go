@@ -145,9 +145,9 @@ func CalendarTakeCall(a CalendarArgs) (Call, error) {
 		return Call{}, err
 	}
 	return Call{s: calendarTake, keys: a.keys(), args: append([]string{
-		strconv.FormatInt(a.Limit, 10),
+		decimal(a.Limit),
 		strconv.FormatInt(a.Cost, 10),
-		strconv.FormatInt(a.MaxRequestIDs, 10),
+		decimal(a.MaxRequestIDs),
 		flag(a.Strict),
 		a.RequestID,
 		a.Spec,
@@ -206,7 +206,7 @@ func CalendarPeekCall(a CalendarPeekArgs) (Call, error) {
 	}
 	args := CalendarArgs{Key: a.Key, Periods: a.Periods}
 	return Call{s: calendarPeek, keys: args.keys(), args: append([]string{
-		strconv.FormatInt(a.Limit, 10), flag(a.Strict), a.Spec,
+		decimal(a.Limit), flag(a.Strict), a.Spec,
 	}, edgeArgs(a.Periods)...)}, nil
 }
 

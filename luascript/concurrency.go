@@ -3,7 +3,6 @@ package luascript
 import (
 	"context"
 	_ "embed"
-	"strconv"
 
 	"github.com/redis/rueidis"
 
@@ -87,8 +86,8 @@ func ConcurrencyTakeCall(a LeaseArgs) (Call, error) {
 		return Call{}, err
 	}
 	return oneKey(concurrencyTake, a.Key,
-		strconv.FormatInt(a.Limit, 10),
-		strconv.FormatInt(a.LeaseMS, 10),
+		decimal(a.Limit),
+		decimal(a.LeaseMS),
 		flag(a.Strict),
 		a.RequestID,
 	), nil
@@ -148,7 +147,7 @@ func ConcurrencyPeekCall(a LeasePeekArgs) (Call, error) {
 		return Call{}, err
 	}
 	return oneKey(concurrencyPeek, a.Key,
-		strconv.FormatInt(a.Limit, 10), strconv.FormatInt(a.LeaseMS, 10), flag(a.Strict),
+		decimal(a.Limit), decimal(a.LeaseMS), flag(a.Strict),
 	), nil
 }
 

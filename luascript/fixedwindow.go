@@ -86,10 +86,10 @@ func TakeCall(a TakeArgs) (Call, error) {
 		return Call{}, err
 	}
 	return oneKey(fixedWindowTake, a.Key,
-		strconv.FormatInt(a.Limit, 10),
-		strconv.FormatInt(a.WindowMS, 10),
+		decimal(a.Limit),
+		decimal(a.WindowMS),
 		strconv.FormatInt(a.Cost, 10),
-		strconv.FormatInt(a.MaxRequestIDs, 10),
+		decimal(a.MaxRequestIDs),
 		flag(a.Strict),
 		a.RequestID,
 	), nil
@@ -153,8 +153,8 @@ func PeekCall(a PeekArgs) (Call, error) {
 		return Call{}, err
 	}
 	return oneKey(fixedWindowPeek, a.Key,
-		strconv.FormatInt(a.Limit, 10),
-		strconv.FormatInt(a.WindowMS, 10),
+		decimal(a.Limit),
+		decimal(a.WindowMS),
 		flag(a.Strict),
 	), nil
 }

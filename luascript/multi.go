@@ -3,6 +3,8 @@ package luascript
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync/atomic"
 
 	"github.com/redis/rueidis"
 )
@@ -91,4 +93,32 @@ func oneKey(s *script, key string, args ...string) Call {
 	kv[0] = key
 	copy(kv[1:], args)
 	return Call{s: s, keys: kv[:1:1], args: kv[1:]}
+}
+
+// decimals holds the text of the policy numbers that calls sent lately (a
+// limit, a window, a cap), which the takes of one policy repeat on every
+// call, so that they are not formatted and allocated each time. Each slot
+// holds one number's text, chosen by a hash of the number, as a pair that
+// is replaced whole, so readers take no lock; a number whose slot holds
+// another is formatted and takes the slot. A cost, which varies, is
+// formatted each time instead.
+var decimals [256]atomic.Pointer[decimalText]
+
+type decimalText struct {
+	n int64
+	s string
+}
+
+// decimal is strconv.FormatInt(n, 10), from decimals when it holds n.
+func decimal(n int64) string {
+	if uint64(n) < 100 {
+		return strconv.FormatInt(n, 10) // strconv keeps these: no allocation
+	}
+	slot := &decimals[(uint64(n)*0x9e3779b97f4a7c15)>>56]
+	if d := slot.Load(); d != nil && d.n == n {
+		return d.s
+	}
+	s := strconv.FormatInt(n, 10)
+	slot.Store(&decimalText{n: n, s: s})
+	return s
 }

@@ -121,8 +121,8 @@ func windowSettleCall(s *script, a WindowSettleArgs) (Call, error) {
 		return Call{}, err
 	}
 	return oneKey(s, a.Key,
-		strconv.FormatInt(a.Limit, 10),
-		strconv.FormatInt(a.WindowMS, 10),
+		decimal(a.Limit),
+		decimal(a.WindowMS),
 		strconv.FormatInt(a.Cost, 10),
 		flag(a.Strict),
 		a.RequestID,
@@ -140,7 +140,7 @@ func CalendarSettleCall(a CalendarSettleArgs) (Call, error) {
 	}
 	args := CalendarArgs{Key: a.Key, Periods: a.Periods}
 	return Call{s: calendarSettle, keys: args.keys(), args: append([]string{
-		strconv.FormatInt(a.Limit, 10),
+		decimal(a.Limit),
 		strconv.FormatInt(a.Cost, 10),
 		flag(a.Strict),
 		a.RequestID,
@@ -165,7 +165,7 @@ func TokenBucketSettleCall(a TokenBucketSettleArgs) (Call, error) {
 	}
 	return Call{s: tokenBucketSettle, keys: []string{a.Key}, args: append(a.args(),
 		strconv.FormatInt(a.Cost, 10),
-		strconv.FormatInt(a.DedupeMS, 10),
+		decimal(a.DedupeMS),
 		flag(a.Strict),
 		a.RequestID,
 	)}, nil

@@ -82,10 +82,10 @@ func SlidingWindowTakeCall(a SlidingWindowArgs) (Call, error) {
 		return Call{}, err
 	}
 	return oneKey(slidingWindowTake, a.Key,
-		strconv.FormatInt(a.Limit, 10),
-		strconv.FormatInt(a.WindowMS, 10),
+		decimal(a.Limit),
+		decimal(a.WindowMS),
 		strconv.FormatInt(a.Cost, 10),
-		strconv.FormatInt(a.MaxRequestIDs, 10),
+		decimal(a.MaxRequestIDs),
 		flag(a.Strict),
 		a.RequestID,
 	), nil
@@ -144,8 +144,8 @@ func SlidingWindowPeekCall(a SlidingWindowPeekArgs) (Call, error) {
 		return Call{}, err
 	}
 	return oneKey(slidingWindowPeek, a.Key,
-		strconv.FormatInt(a.Limit, 10),
-		strconv.FormatInt(a.WindowMS, 10),
+		decimal(a.Limit),
+		decimal(a.WindowMS),
 		flag(a.Strict),
 	), nil
 }

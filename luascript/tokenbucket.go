@@ -43,9 +43,9 @@ func (b TokenBucket) Validate() error {
 
 func (b TokenBucket) args() []string {
 	return []string{
-		strconv.FormatInt(b.Rate, 10),
-		strconv.FormatInt(b.PeriodMS, 10),
-		strconv.FormatInt(b.Burst, 10),
+		decimal(b.Rate),
+		decimal(b.PeriodMS),
+		decimal(b.Burst),
 	}
 }
 
@@ -103,8 +103,8 @@ func TokenBucketTakeCall(a TokenBucketArgs) (Call, error) {
 	}
 	return Call{s: tokenBucketTake, keys: []string{a.Key}, args: append(a.args(),
 		strconv.FormatInt(a.Cost, 10),
-		strconv.FormatInt(a.DedupeMS, 10),
-		strconv.FormatInt(a.MaxRequestIDs, 10),
+		decimal(a.DedupeMS),
+		decimal(a.MaxRequestIDs),
 		flag(a.Strict),
 		a.RequestID,
 	)}, nil

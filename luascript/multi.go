@@ -87,7 +87,8 @@ func ExecMulti(ctx context.Context, client rueidis.Client, calls []Call) []rueid
 }
 
 // oneKey is the call of s on key with args, its keys and arguments in one
-// allocation: every decision of a batch is one of these.
+// allocation, for the scripts of one key and a fixed list of arguments
+// (every algorithm's but the calendar's, which has one key a period).
 func oneKey(s *script, key string, args ...string) Call {
 	kv := make([]string, 1+len(args))
 	kv[0] = key

@@ -163,12 +163,12 @@ func TokenBucketSettleCall(a TokenBucketSettleArgs) (Call, error) {
 	if err := validateSettle(a.Key, a.Cost, a.RequestID); err != nil {
 		return Call{}, err
 	}
-	return Call{s: tokenBucketSettle, keys: []string{a.Key}, args: append(a.args(),
+	return oneKey(tokenBucketSettle, a.Key, decimal(a.Rate), decimal(a.PeriodMS), decimal(a.Burst),
 		strconv.FormatInt(a.Cost, 10),
 		decimal(a.DedupeMS),
 		flag(a.Strict),
 		a.RequestID,
-	)}, nil
+	), nil
 }
 
 // ParseFixedWindowSettle reads the result of a fixed window settle's call.

@@ -41,14 +41,6 @@ func (b TokenBucket) Validate() error {
 	return invalid(limits.CheckTokenBucket(b.Rate, b.PeriodMS, b.Burst))
 }
 
-func (b TokenBucket) args() []string {
-	return []string{
-		decimal(b.Rate),
-		decimal(b.PeriodMS),
-		decimal(b.Burst),
-	}
-}
-
 // TokenBucketArgs is one decision on a token bucket.
 type TokenBucketArgs struct {
 	Key string
@@ -101,13 +93,13 @@ func TokenBucketTakeCall(a TokenBucketArgs) (Call, error) {
 	if err := validateTokenBucketTake(a); err != nil {
 		return Call{}, err
 	}
-	return Call{s: tokenBucketTake, keys: []string{a.Key}, args: append(a.args(),
+	return oneKey(tokenBucketTake, a.Key, decimal(a.Rate), decimal(a.PeriodMS), decimal(a.Burst),
 		strconv.FormatInt(a.Cost, 10),
 		decimal(a.DedupeMS),
 		decimal(a.MaxRequestIDs),
 		flag(a.Strict),
 		a.RequestID,
-	)}, nil
+	), nil
 }
 
 // ParseTokenBucketTake reads the result of a token bucket take's call. Its
@@ -167,7 +159,7 @@ func TokenBucketPeekCall(a TokenBucketPeekArgs) (Call, error) {
 	if err := a.Validate(); err != nil {
 		return Call{}, err
 	}
-	return Call{s: tokenBucketPeek, keys: []string{a.Key}, args: append(a.args(), flag(a.Strict))}, nil
+	return oneKey(tokenBucketPeek, a.Key, decimal(a.Rate), decimal(a.PeriodMS), decimal(a.Burst), flag(a.Strict)), nil
 }
 
 // ParseTokenBucketPeek reads the result of a token bucket peek's call. Its

@@ -79,8 +79,8 @@ if not limit then
   if strict ~= '0' and strict ~= '1' then
     return fail('INVALID', 'strict must be 0 or 1')
   end
-  if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, '^[A-Za-z0-9_%-]+$')) then
-    return fail('INVALID', 'request id must be 1..' .. MAX_REQUEST_ID_BYTES .. ' of A-Z a-z 0-9 _ -')
+  if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID)) then
+    return fail('INVALID', REQUEST_ID_RULE)
   end
 end
 if #spec > 128 or string.sub(spec, 1, #limit_s + 1) ~= limit_s .. ':'

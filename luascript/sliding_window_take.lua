@@ -73,7 +73,7 @@ if not limit then
   if strict ~= '0' and strict ~= '1' then
     return fail('INVALID', 'strict must be 0 or 1')
   end
-  if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, '^[A-Za-z0-9_%-]+$')) then
+  if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID)) then
     return fail('INVALID', REQUEST_ID_RULE)
   end
 end

@@ -878,16 +878,13 @@ func BenchmarkBatch(b *testing.B) {
 	}
 }
 
-// fastChecks are, per script, the start of the check of all its arguments
-// at once, which the checks one by one back up, and what turns it off: a
-// pattern that never matches, or a condition that always fails.
-var fastChecks = map[string][2]string{
-	"fixed_window_take.lua":   {"if not (limit and window and cost and maxids and", "if true or not (limit and window and cost and maxids and"},
-	"sliding_window_take.lua": {"if not (limit and window and cost and maxids and", "if true or not (limit and window and cost and maxids and"},
-	"token_bucket_take.lua":   {"if not (rate and period and burst and cost and dedupe and maxids and", "if true or not (rate and period and burst and cost and dedupe and maxids and"},
-	"concurrency_take.lua":    {"if not (limit and lease and", "if true or not (limit and lease and"},
-	"calendar_take.lua":       {`'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*$'`, `'^never$'`},
-}
+// fastCheck starts the check of all of a script's arguments at once,
+// which the checks one by one back up (contract.go), and fastOff turns it
+// off: a condition that always fails.
+const (
+	fastCheck = "-- Every argument at once, else one by one:\nif not ("
+	fastOff   = "-- Every argument at once, else one by one:\nif true or not ("
+)
 
 // argVariants are what each argument of a take is tried as: canonical
 // decimals at and past their bounds, and every form tonumber or a loose
@@ -912,14 +909,23 @@ func TestFastArgumentChecksAgreeWithTheSlowOnes(t *testing.T) {
 		"concurrency_take.lua":  {{"5", "60000", "0", "id"}},
 		// Periods of an hour around now; a variant of an edge may leave
 		// Redis's clock out of them (CLOCK_SKEW).
-		"calendar_take.lua": {append([]string{"5", "1", "10", "0", "id", "5:hour:UTC:monday:0"}, hourEdges()...)},
+		"calendar_take.lua":         {append([]string{"5", "1", "10", "0", "id", "5:hour:UTC:monday:0"}, hourEdges()...)},
+		"fixed_window_peek.lua":     {{"5", "60000", "0"}},
+		"sliding_window_peek.lua":   {{"5", "60000", "1"}},
+		"token_bucket_peek.lua":     {{"5", "1000", "5", "0"}},
+		"concurrency_peek.lua":      {{"5", "60000", "0"}},
+		"calendar_peek.lua":         {append([]string{"5", "0", "5:hour:UTC:monday:0"}, hourEdges()...)},
+		"fixed_window_settle.lua":   {{"5", "60000", "1", "0", "id"}, {"5", "60000", "0", "1", "id"}},
+		"sliding_window_settle.lua": {{"5", "60000", "1", "0", "id"}},
+		"token_bucket_settle.lua":   {{"5", "1000", "5", "1", "1000", "0", "id"}},
+		"calendar_settle.lua":       {append([]string{"5", "1", "0", "id", "5:hour:UTC:monday:0"}, hourEdges()...)},
 	}
-	for script, check := range fastChecks {
+	for script := range bases {
 		src := luascript.ScriptText(script)
-		if strings.Count(src, check[0]) != 1 {
-			t.Fatalf("%s: the check %s is not in the script once", script, check[0])
+		if strings.Count(src, fastCheck) != 1 {
+			t.Fatalf("%s: the check of every argument at once is not in the script once", script)
 		}
-		slow := strings.Replace(src, check[0], check[1], 1)
+		slow := strings.Replace(src, fastCheck, fastOff, 1)
 		n := 0
 		for _, base := range bases[script] {
 			for i := range base {
@@ -929,7 +935,7 @@ func TestFastArgumentChecksAgreeWithTheSlowOnes(t *testing.T) {
 					n++
 					keys := func(side string) []string {
 						k := e.prefix + "{" + side + ":" + strconv.Itoa(n) + "}"
-						if script == "calendar_take.lua" {
+						if strings.HasPrefix(script, "calendar_") {
 							return []string{"3", k + ":1", k + ":2", k + ":3"}
 						}
 						return []string{"1", k}

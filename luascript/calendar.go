@@ -17,8 +17,8 @@ var (
 	//go:embed calendar_peek.lua
 	calendarPeekBody string
 
-	calendarTake = newScript("calendar_take.lua", calendarTakeBody)
-	calendarPeek = newScript("calendar_peek.lua", calendarPeekBody)
+	calendarTake = newScript("calendar_take.lua", calendarTakeBody, &calendarTakeContract)
+	calendarPeek = newScript("calendar_peek.lua", calendarPeekBody, &calendarPeekContract)
 )
 
 // CodeClockSkew starts the reply of a calendar script that found Redis's

@@ -21,9 +21,9 @@ var (
 	//go:embed concurrency_release.lua
 	concurrencyReleaseBody string
 
-	concurrencyTake    = newScript("concurrency_take.lua", concurrencyTakeBody)
-	concurrencyPeek    = newScript("concurrency_peek.lua", concurrencyPeekBody)
-	concurrencyRelease = newScript("concurrency_release.lua", concurrencyReleaseBody)
+	concurrencyTake    = newScript("concurrency_take.lua", concurrencyTakeBody, &concurrencyTakeContract)
+	concurrencyPeek    = newScript("concurrency_peek.lua", concurrencyPeekBody, &concurrencyPeekContract)
+	concurrencyRelease = newScript("concurrency_release.lua", concurrencyReleaseBody, &concurrencyReleaseContract)
 )
 
 // Leases is a lease set's shape.

@@ -71,13 +71,13 @@ func TestMalformedReplies(t *testing.T) {
 		"return {1, -1, 0, 1000, 0}",
 		"return {1, 2, 0, -1, 0}",
 	} {
-		fixedWindowTake = newScript("test.lua", body)
+		fixedWindowTake = newScript("test.lua", body, nil)
 		if r, err := FixedWindowTake(t.Context(), c, a); !errors.Is(err, ErrMalformedReply) {
 			t.Errorf("%s: take = %+v, %v; want MALFORMED_REPLY", body, r, err)
 		}
 	}
 
-	fixedWindowTake = newScript("test.lua", "return redis.error_reply('ERR boom')")
+	fixedWindowTake = newScript("test.lua", "return redis.error_reply('ERR boom')", nil)
 	_, err := FixedWindowTake(t.Context(), c, a)
 	var typed *Error
 	if err == nil || errors.As(err, &typed) {

@@ -3,9 +3,7 @@
 -- The flags line lets Redis run it on a replica; see scripts.go.
 --
 -- KEYS[1]  window hash
--- ARGV[1]  limit          canonical decimal, 1..MAX_LIMIT
--- ARGV[2]  window_ms      canonical decimal, 1..MAX_WINDOW_MS
--- ARGV[3]  strict         "1": a live window with another policy is POLICY
+-- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
 -- Reply {exists, used, pttl_ms}, integers only; pttl_ms is -1 for a window
 -- without a TTL (the next take restores it) and 0 when there is no window.
@@ -13,21 +11,7 @@
 -- It never writes, so no error reply follows a write; Redis refuses any
 -- write it tried (no-writes).
 
-if #KEYS ~= 1 or #ARGV ~= 3 then
-  return fail('INVALID', 'want 1 key and 3 arguments')
-end
-local key = KEYS[1]
-local limit_s, window_s, strict = ARGV[1], ARGV[2], ARGV[3]
-
-if not dec(limit_s, 1, MAX_LIMIT) then
-  return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
-end
-if not dec(window_s, 1, MAX_WINDOW_MS) then
-  return fail('INVALID', 'window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-end
-if strict ~= '0' and strict ~= '1' then
-  return fail('INVALID', 'strict must be 0 or 1')
-end
+--#args
 
 local f = redis.pcall('HMGET', key, 'used', 'policy')
 if f.err then

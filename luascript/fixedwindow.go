@@ -25,8 +25,8 @@ var (
 	//go:embed fixed_window_peek.lua
 	fixedWindowPeekBody string
 
-	fixedWindowTake = newScript("fixed_window_take.lua", fixedWindowTakeBody)
-	fixedWindowPeek = newScript("fixed_window_peek.lua", fixedWindowPeekBody)
+	fixedWindowTake = newScript("fixed_window_take.lua", fixedWindowTakeBody, &fixedWindowTakeContract)
+	fixedWindowPeek = newScript("fixed_window_peek.lua", fixedWindowPeekBody, &fixedWindowPeekContract)
 )
 
 // TakeArgs is one quota decision. The caller validates; the bounds are

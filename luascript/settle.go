@@ -19,10 +19,10 @@ var (
 	//go:embed token_bucket_settle.lua
 	tokenBucketSettleBody string
 
-	fixedWindowSettle   = newScript("fixed_window_settle.lua", fixedWindowSettleBody)
-	slidingWindowSettle = newScript("sliding_window_settle.lua", slidingWindowSettleBody)
-	calendarSettle      = newScript("calendar_settle.lua", calendarSettleBody)
-	tokenBucketSettle   = newScript("token_bucket_settle.lua", tokenBucketSettleBody)
+	fixedWindowSettle   = newScript("fixed_window_settle.lua", fixedWindowSettleBody, &fixedWindowSettleContract)
+	slidingWindowSettle = newScript("sliding_window_settle.lua", slidingWindowSettleBody, &slidingWindowSettleContract)
+	calendarSettle      = newScript("calendar_settle.lua", calendarSettleBody, &calendarSettleContract)
+	tokenBucketSettle   = newScript("token_bucket_settle.lua", tokenBucketSettleBody, &tokenBucketSettleContract)
 )
 
 // A settle names an accepted take by its key and request id and gives its

@@ -4,9 +4,7 @@
 -- arithmetic is the prelude's sliding_window, as for sliding_window_take.lua.
 --
 -- KEYS[1]  window hash
--- ARGV[1]  limit          canonical decimal, 1..MAX_LIMIT
--- ARGV[2]  window_ms      canonical decimal, 1..MAX_WINDOW_MS
--- ARGV[3]  strict         "1": a live window with another policy is POLICY
+-- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
 -- Reply {used, reset_ms}, integers only: the estimate now, rounded up, and
 -- ms until the whole use has slid out (0 for none, or no window).
@@ -14,22 +12,7 @@
 -- It never writes, so no error reply follows a write; Redis refuses any
 -- write it tried (no-writes).
 
-if #KEYS ~= 1 or #ARGV ~= 3 then
-  return fail('INVALID', 'want 1 key and 3 arguments')
-end
-local key = KEYS[1]
-local limit_s, window_s, strict = ARGV[1], ARGV[2], ARGV[3]
-
-if not dec(limit_s, 1, MAX_LIMIT) then
-  return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
-end
-local window = dec(window_s, 1, MAX_WINDOW_MS)
-if not window then
-  return fail('INVALID', 'window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-end
-if strict ~= '0' and strict ~= '1' then
-  return fail('INVALID', 'strict must be 0 or 1')
-end
+--#args
 
 local _, now = redis_now()
 

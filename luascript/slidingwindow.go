@@ -14,8 +14,8 @@ var (
 	//go:embed sliding_window_peek.lua
 	slidingWindowPeekBody string
 
-	slidingWindowTake = newScript("sliding_window_take.lua", slidingWindowTakeBody)
-	slidingWindowPeek = newScript("sliding_window_peek.lua", slidingWindowPeekBody)
+	slidingWindowTake = newScript("sliding_window_take.lua", slidingWindowTakeBody, &slidingWindowTakeContract)
+	slidingWindowPeek = newScript("sliding_window_peek.lua", slidingWindowPeekBody, &slidingWindowPeekContract)
 )
 
 // SlidingWindowKey is the key of the sliding window that (policy, subject)

@@ -16,8 +16,8 @@ var (
 	//go:embed token_bucket_peek.lua
 	tokenBucketPeekBody string
 
-	tokenBucketTake = newScript("token_bucket_take.lua", tokenBucketTakeBody)
-	tokenBucketPeek = newScript("token_bucket_peek.lua", tokenBucketPeekBody)
+	tokenBucketTake = newScript("token_bucket_take.lua", tokenBucketTakeBody, &tokenBucketTakeContract)
+	tokenBucketPeek = newScript("token_bucket_peek.lua", tokenBucketPeekBody, &tokenBucketPeekContract)
 )
 
 // TokenBucket is a bucket's shape: it holds Burst tokens and refills Rate

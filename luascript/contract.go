@@ -15,7 +15,23 @@ import (
 type contract struct {
 	keys int
 	args []arg
+	// fast says how a take checks every argument at once, before the
+	// checks one by one: by num, which pays in a batch, whose decisions
+	// share num's values (a take's policy is repeated from call to call),
+	// or by one match of the arguments joined by ':' (none can hold one)
+	// when a take has more numbers than a batch shares (a calendar's
+	// edges). Peeks and settles, rarely batched with their like, go one by
+	// one: a lone call pays num's table for nothing.
+	fast fastCheck
 }
+
+type fastCheck int
+
+const (
+	oneByOne fastCheck = iota
+	byNum
+	byMatch
+)
 
 type argKind int
 
@@ -100,25 +116,25 @@ func argList(parts ...any) []arg {
 
 // The contracts of the scripts of one key and of a calendar's three.
 var (
-	fixedWindowTakeContract   = contract{1, argList(limitArg, windowArg, num("cost", "cost", "1", "limit"), maxIDsArg, strictArg, idArg)}
-	fixedWindowPeekContract   = contract{1, argList(limitArg, windowArg, strictArg)}
-	fixedWindowSettleContract = contract{1, argList(limitArg, windowArg, settleCost, strictArg, idRequired)}
+	fixedWindowTakeContract   = contract{1, argList(limitArg, windowArg, num("cost", "cost", "1", "limit"), maxIDsArg, strictArg, idArg), byNum}
+	fixedWindowPeekContract   = contract{1, argList(limitArg, windowArg, strictArg), oneByOne}
+	fixedWindowSettleContract = contract{1, argList(limitArg, windowArg, settleCost, strictArg, idRequired), oneByOne}
 
-	tokenBucketTakeContract   = contract{1, argList(bucketArgs, num("cost", "cost", "1", "burst"), dedupeArg, maxIDsArg, strictArg, idArg)}
-	tokenBucketPeekContract   = contract{1, argList(bucketArgs, strictArg)}
-	tokenBucketSettleContract = contract{1, argList(bucketArgs, settleCost, dedupeArg, strictArg, idRequired)}
+	tokenBucketTakeContract   = contract{1, argList(bucketArgs, num("cost", "cost", "1", "burst"), dedupeArg, maxIDsArg, strictArg, idArg), byNum}
+	tokenBucketPeekContract   = contract{1, argList(bucketArgs, strictArg), oneByOne}
+	tokenBucketSettleContract = contract{1, argList(bucketArgs, settleCost, dedupeArg, strictArg, idRequired), oneByOne}
 
-	concurrencyTakeContract    = contract{1, argList(leaseArgs, strictArg, idRequired)}
-	concurrencyPeekContract    = contract{1, argList(leaseArgs, strictArg)}
-	concurrencyReleaseContract = contract{1, argList(idRequired)}
+	concurrencyTakeContract    = contract{1, argList(leaseArgs, strictArg, idRequired), byNum}
+	concurrencyPeekContract    = contract{1, argList(leaseArgs, strictArg), oneByOne}
+	concurrencyReleaseContract = contract{1, argList(idRequired), oneByOne}
 
 	slidingWindowTakeContract   = fixedWindowTakeContract
 	slidingWindowPeekContract   = fixedWindowPeekContract
 	slidingWindowSettleContract = fixedWindowSettleContract
 
-	calendarTakeContract   = contract{3, argList(limitArg, num("cost", "cost", "1", "limit"), maxIDsArg, strictArg, idArg, calendarArgs)}
-	calendarPeekContract   = contract{3, argList(limitArg, strictArg, calendarArgs)}
-	calendarSettleContract = contract{3, argList(limitArg, settleCost, strictArg, idRequired, calendarArgs)}
+	calendarTakeContract   = contract{3, argList(limitArg, num("cost", "cost", "1", "limit"), maxIDsArg, strictArg, idArg, calendarArgs), byMatch}
+	calendarPeekContract   = contract{3, argList(limitArg, strictArg, calendarArgs), oneByOne}
+	calendarSettleContract = contract{3, argList(limitArg, settleCost, strictArg, idRequired, calendarArgs), oneByOne}
 )
 
 // argv are the contract's arguments in ARGV order: all but its rules.
@@ -181,6 +197,22 @@ func (a arg) fast() string {
 	return ""
 }
 
+// pattern is the argument's part of the match of every argument at once,
+// "" for one left out of it (a text, checked by its rule).
+func (a arg) pattern() string {
+	switch a.kind {
+	case argNum:
+		return "[1-9]%d*"
+	case argStrict:
+		return "[01]"
+	case argID:
+		return "[A-Za-z0-9_%-]*"
+	case argIDRequired:
+		return "[A-Za-z0-9_%-]+"
+	}
+	return ""
+}
+
 func (a arg) check(in string) string {
 	var bad string
 	switch a.kind {
@@ -238,17 +270,45 @@ func (c contract) checksLua() string {
 		}
 	}
 	fmt.Fprintf(&b, "local %s = %s\n", strings.Join(names, ", "), strings.Join(reads, ", "))
-	if len(nums) == 0 {
+	if c.fast == oneByOne {
+		if len(nums) > 0 {
+			b.WriteString("local " + strings.Join(nums, ", ") + "\n")
+		}
 		for _, a := range c.args {
 			b.WriteString(a.check(""))
 		}
 		return b.String()
 	}
-	fmt.Fprintf(&b, "local %s = %s\n", strings.Join(nums, ", "), strings.Join(vals, ", "))
-	conds := append([]string(nil), nums...)
-	for _, a := range c.args {
-		if f := a.fast(); f != "" {
-			conds = append(conds, f)
+	conds := []string{}
+	if c.fast == byNum {
+		fmt.Fprintf(&b, "local %s = %s\n", strings.Join(nums, ", "), strings.Join(vals, ", "))
+		conds = append(conds, nums...)
+		for _, a := range c.args {
+			if f := a.fast(); f != "" {
+				conds = append(conds, f)
+			}
+		}
+	} else {
+		var joined, pat []string
+		for _, a := range argv {
+			if p := a.pattern(); p != "" {
+				joined, pat = append(joined, a.text()), append(pat, p)
+			}
+		}
+		b.WriteString("local " + strings.Join(nums, ", ") + "\n")
+		fmt.Fprintf(&b, "if string.find(%s,\n    '^%s$') then\n", strings.Join(joined, " .. ':' .. "), strings.Join(pat, ":"))
+		for _, n := range nums {
+			fmt.Fprintf(&b, "  %s = %s_s + 0\n", n, n)
+		}
+		b.WriteString("end\n")
+		conds = append(conds, nums[0])
+		for _, a := range c.args {
+			switch a.kind {
+			case argNum, argRule:
+				conds = append(conds, a.fast())
+			case argID, argIDRequired:
+				conds = append(conds, "#id <= MAX_REQUEST_ID_BYTES")
+			}
 		}
 	}
 	b.WriteString("-- Every argument at once, else one by one:\nif not (" + wrap(conds) + ") then\n")

@@ -8,8 +8,8 @@
 --             the take's actual cost), strict, request_id (the take's),
 --             spec and edges as for calendar_take.lua
 --
--- Reply {settled, replay, reserved, used, reset_ms, retry_after_ms, healed},
--- as for fixed_window_settle.lua; reset_ms is until the period's end. A
+-- Reply {settled, replay, reserved, used, remaining, reset_ms,
+-- retry_after_ms, healed}, as for fixed_window_settle.lua; reset_ms is until the period's end. A
 -- take of an earlier period no longer counts anywhere (takes name the key
 -- of the period holding the clock), so its settle is the no-op answer,
 -- settled 0. Error replies start with INVALID, CONFLICT, POLICY, WRONGTYPE
@@ -40,7 +40,7 @@ end
 local pttl = redis.call('PTTL', key)
 
 if pttl == -2 then
-  return {0, 0, 0, 0, reset, 0, 0}
+  return {0, 0, 0, 0, limit, reset, 0, 0}
 end
 
 local used = dec(f[1], 0, MAX_LIMIT)

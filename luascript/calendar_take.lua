@@ -15,8 +15,9 @@
 -- clock says, as long as that clock is within a period of Redis's. When
 -- it is not, the reply is CLOCK_SKEW and nothing is written.
 --
--- Reply {allowed, used, replay, reset_ms, healed}, integers only; reset_ms
--- is until the period's end. Error replies start with INVALID, CONFLICT,
+-- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
+-- healed}, integers only, as every take's; reset_ms is until the period's
+-- end, and so is a denial's retry_after_ms. Error replies start with INVALID, CONFLICT,
 -- POLICY, WRONGTYPE, REQUEST_IDS_FULL or CLOCK_SKEW.
 --
 -- The key lives until its period's end plus MARGIN_MS, so no window
@@ -49,7 +50,7 @@ if pttl == -2 then
     redis.call('HSET', key, 'used', cost_s, 'policy', spec, 'ids', '1', 'r:' .. id, cost_s .. ':' .. cost_s)
   end
   redis.call('PEXPIRE', key, ttl)
-  return {1, cost, 0, reset, 0}
+  return {1, 0, cost, limit - cost, reset, 0, 0}
 end
 
 local used = dec(f[1], 0, MAX_LIMIT)
@@ -76,4 +77,4 @@ if f[2] ~= spec and healed == 0 then
   -- period it now counts.
   redis.call('PEXPIRE', key, ttl)
 end
-return {1, used, 0, reset, healed}
+return {1, 0, used, limit - used, reset, 0, healed}

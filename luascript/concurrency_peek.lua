@@ -6,8 +6,9 @@
 -- KEYS[1]  lease hash
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {used, reset_ms}, integers only: live leases, and milliseconds until
--- the last of them expires (0 when none is held).
+-- Reply {exists, used, remaining, reset_ms}, integers only, as every
+-- peek's: used is live leases, and reset_ms until the last of them expires
+-- (0 when none is held).
 --
 -- It never writes, so no error reply follows a write; Redis refuses any
 -- write it tried (no-writes).
@@ -21,7 +22,11 @@ local own = nil
 if strict == '1' and stored and stored ~= policy then
   return fail('POLICY', 'live lease set has limit:lease_ms ' .. stored)
 end
-if live == 0 then
-  return {0, 0}
+local exists = 0
+if stored then
+  exists = 1
 end
-return {live, last - now}
+if live == 0 then
+  return {exists, 0, limit, 0}
+end
+return {exists, live, limit > live and limit - live or 0, last - now}

@@ -3,8 +3,8 @@
 -- KEYS[1]  lease hash
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {allowed, replay, used, reset_ms, retry_after_ms, healed}, integers
--- only: used counts live leases after the decision, reset_ms is until the
+-- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
+-- healed}, integers only, as every take's: used counts live leases after the decision, reset_ms is until the
 -- last of them expires, retry_after_ms until the first does (when denied).
 -- Error replies start with INVALID, POLICY or WRONGTYPE.
 --
@@ -45,7 +45,7 @@ end
 -- A renewal keeps its slot even when a lowered limit is now full.
 if not mine and live >= limit then
   redis.call('PEXPIRE', key, last - now)
-  return {0, 0, live, last - now, first - now, healed}
+  return {0, 0, live, limit > live and limit - live or 0, last - now, first - now, healed}
 end
 local exp = now + lease
 if stored == policy then
@@ -61,4 +61,4 @@ local replay = 0
 if mine then
   replay = 1
 end
-return {1, replay, live + 1, last - now, 0, healed}
+return {1, replay, live + 1, limit > live + 1 and limit - live - 1 or 0, last - now, 0, healed}

@@ -5,7 +5,8 @@
 -- KEYS[1]  window hash
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {exists, used, pttl_ms}, integers only; pttl_ms is -1 for a window
+-- Reply {exists, used, remaining, pttl_ms}, integers only, as every
+-- peek's (ParsePeek); pttl_ms is -1 for a window
 -- without a TTL (the next take restores it) and 0 when there is no window.
 --
 -- It never writes, so no error reply follows a write; Redis refuses any
@@ -19,7 +20,7 @@ if f.err then
 end
 local pttl = redis.call('PTTL', key)
 if pttl == -2 then
-  return {0, 0, 0}
+  return {0, 0, limit, 0}
 end
 
 local used = dec(f[1], 0, MAX_LIMIT)
@@ -31,4 +32,4 @@ end
 if strict == '1' and f[2] ~= policy then
   return fail('POLICY', 'live window has limit:window_ms ' .. f[2])
 end
-return {1, used, pttl}
+return {1, used, limit > used and limit - used or 0, pttl}

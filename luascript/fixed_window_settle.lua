@@ -5,8 +5,8 @@
 -- KEYS[1]  window hash
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {settled, replay, reserved, used, reset_ms, retry_after_ms, healed},
--- integers only. settled 0: the window holds no take of that request id
+-- Reply {settled, replay, reserved, used, remaining, reset_ms,
+-- retry_after_ms, healed}, integers only, as every settle's (ParseSettle). settled 0: the window holds no take of that request id
 -- (the window ended, or the id was never accepted in it), nothing changed,
 -- and used and reset_ms are the window's as they are. replay 1: this
 -- request id was settled before with this cost, nothing changed. Otherwise
@@ -44,7 +44,7 @@ if f.err then
 end
 local pttl = redis.call('PTTL', key)
 if pttl == -2 then
-  return {0, 0, 0, 0, 0, 0, 0}
+  return {0, 0, 0, 0, limit, 0, 0, 0}
 end
 
 local used = dec(f[1], 0, MAX_LIMIT)

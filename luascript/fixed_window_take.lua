@@ -3,7 +3,9 @@
 -- KEYS[1]  window hash
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {allowed, used, replay, pttl_ms, healed}, integers only. Error replies
+-- Reply {allowed, replay, used, remaining, pttl_ms, retry_after_ms, healed},
+-- integers only, as every take's (ParseTake); a denial is told to retry
+-- when the window ends. Error replies
 -- start with INVALID, CONFLICT, POLICY, WRONGTYPE or REQUEST_IDS_FULL.
 --
 -- Redis calls per decision: one HMGET, one PTTL, at most one HSET, and a
@@ -42,7 +44,7 @@ if pttl == -2 then
     redis.call('HSET', key, 'used', cost_s, 'policy', policy, 'ids', '1', 'r:' .. id, cost_s .. ':' .. cost_s)
   end
   redis.call('PEXPIRE', key, window_s)
-  return {1, cost, 0, window, 0}
+  return {1, 0, cost, limit - cost, window, 0, 0}
 end
 
 local used = dec(f[1], 0, MAX_LIMIT)
@@ -75,4 +77,4 @@ elseif f[2] == policy then
 else
   redis.call('HSET', key, 'used', used, 'policy', policy, 'ids', ids + 1, 'r:' .. id, cost_s .. ':' .. used)
 end
-return {1, used, 0, pttl, healed}
+return {1, 0, used, limit - used, pttl, 0, healed}

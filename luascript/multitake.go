@@ -57,17 +57,9 @@ var multiBodies = []multiBody{
 	{calendarTake, &calendarTakeContract, "calendar_take", "give_calendar"},
 }
 
-// takeReplay is the place (from 1) of the replay flag in a take's reply.
-func takeReplay(s *script) int {
-	if s == fixedWindowTake || s == calendarTake {
-		return 3
-	}
-	return 2
-}
-
 // bodiesLua declares BODIES: each take by its name, with the place of
-// each of its arguments (at, from its contract) and of its reply's replay
-// flag, and with fn its function when withFn.
+// each of its arguments (at, from its contract), and with fn its function
+// when withFn.
 func bodiesLua(withFn bool) string {
 	var b strings.Builder
 	b.WriteString("local BODIES = {\n")
@@ -76,7 +68,7 @@ func bodiesLua(withFn bool) string {
 		if withFn {
 			b.WriteString("fn = " + mb.fn + ", ")
 		}
-		b.WriteString("replay = " + strconv.Itoa(takeReplay(mb.s)) + ", at = {")
+		b.WriteString("at = {")
 		for i, a := range mb.c.argv() {
 			if i > 0 {
 				b.WriteString(", ")
@@ -135,8 +127,8 @@ func multiBodyOf(s *script) (multiBody, bool) {
 
 // MultiCheck is one check of a multi-limit take.
 type MultiCheck struct {
-	// Call is the check's take, built by its algorithm's builder
-	// (TakeCall, TokenBucketTakeCall, ...) with the take's request id.
+	// Call is the check's take, built by TakeCall with the take's
+	// request id.
 	Call Call
 	// Shadow: the check's denial does not deny the take; it consumes when
 	// it accepts and the take does.
@@ -247,8 +239,8 @@ type MultiTakeResult struct {
 	// Applied: every check consumed (or replayed); false when nothing was
 	// written, because a check that is not a shadow one denied.
 	Applied bool
-	// Checks are each check's reply, in order, for the parser of its own
-	// take (ParseTake, ParseTokenBucketTake, ...). When Applied is false
+	// Checks are each check's reply, in order, for ParseTake. When
+	// Applied is false
 	// each is what the check would have answered alone: one that accepted
 	// reports the use it would have had after consuming.
 	Checks []rueidis.RedisResult

@@ -83,7 +83,8 @@ local function run(i, c)
     end
     return nil, fail(code, 'check ' .. i .. ': ' .. msg)
   end
-  if r[1] == 1 and r[c.body.replay] == 1 and mt.found and mt.found ~= digest then
+  -- Every take replies {allowed, replay, ...} (ParseTake).
+  if r[1] == 1 and r[2] == 1 and mt.found and mt.found ~= digest then
     return nil, fail('CONFLICT', 'check ' .. i ..
       ': request id was accepted by a take of another set of checks or costs')
   end

@@ -57,7 +57,8 @@ end
 --#piece window_replay
 -- A fixed or calendar window's take (reads f[4] the record of id, id,
 -- cost_s, cost, used, limit, healed and ${reset}): a replay of a recorded
--- id, else a denial when the take does not fit. A named policy's new
+-- id, else a denial when the take does not fit, told to retry when the
+-- window ends. A named policy's new
 -- limit applies at once against the recorded use.
 if id ~= '' and f[4] then
   local rc, ru = string.match(f[4], '^(%d+):(%d+)$')
@@ -68,10 +69,10 @@ if id ~= '' and f[4] then
   if rc ~= cost_s then
     return fail('CONFLICT', 'request id was accepted with cost ' .. rc, healed)
   end
-  return {1, ru, 1, ${reset}, healed}
+  return {1, 1, ru, limit > ru and limit - ru or 0, ${reset}, 0, healed}
 end
 if used + cost > limit then
-  return {0, used, 0, ${reset}, healed}
+  return {0, 0, used, limit > used and limit - used or 0, ${reset}, ${reset}, healed}
 end
 
 --#piece window_settle
@@ -87,8 +88,14 @@ local function retry(u)
   end
   return 0
 end
+local function left(u)
+  if u >= limit then
+    return 0
+  end
+  return limit - u
+end
 if not f[3] then
-  return {0, 0, 0, used, ${reset}, retry(used), healed}
+  return {0, 0, 0, used, left(used), ${reset}, retry(used), healed}
 end
 local rc, ru, rest = string.match(f[3], '^(%d+):(%d+)(.*)$')
 local reserved = dec(rc, 1, MAX_LIMIT)
@@ -103,11 +110,11 @@ if f[4] then
   if sc ~= cost_s then
     return fail('CONFLICT', 'request id was settled with cost ' .. sc, healed)
   end
-  return {1, 1, reserved, used, ${reset}, retry(used), healed}
+  return {1, 1, reserved, used, left(used), ${reset}, retry(used), healed}
 end
 used = math.min(math.max(used + cost - reserved, 0), MAX_LIMIT)
 redis.call('HSET', key, 'used', string.format('%d', used), 's:' .. id, cost_s)
-return {1, 0, reserved, used, ${reset}, retry(used), healed}
+return {1, 0, reserved, used, left(used), ${reset}, retry(used), healed}
 
 --#piece bucket_heal
 -- A token bucket (reads key, pttl, g, tat, rem, ids, dedupe; makes

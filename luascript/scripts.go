@@ -114,6 +114,8 @@ type script struct {
 	name string // its file: "fixed_window_take.lua"
 	body string // its file assembled (assemble): src after the prelude
 	src  string
+	c    *contract            // its arguments; nil for a take of several limits
+	enc  []func(*Args) string // how its arguments are written (contract.encoding)
 	sha  string
 	// peek: a read-only script, sent with EVALSHA_RO (see readOnlyScript).
 	peek bool
@@ -129,7 +131,10 @@ type script struct {
 func newScript(name, file string, c *contract) *script {
 	body := assemble(name, file, c)
 	src := join(name, body)
-	s := &script{name: name, body: body, src: src, sha: sha1Hex(src), peek: strings.HasPrefix(src, "#!lua flags=no-writes")}
+	s := &script{name: name, body: body, src: src, c: c, sha: sha1Hex(src), peek: strings.HasPrefix(src, "#!lua flags=no-writes")}
+	if c != nil {
+		s.enc = c.encoding()
+	}
 	if s.peek {
 		s.ro = newReadOnlyScript(src)
 	} else {

@@ -6,8 +6,9 @@
 -- KEYS[1]  window hash
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {used, reset_ms}, integers only: the estimate now, rounded up, and
--- ms until the whole use has slid out (0 for none, or no window).
+-- Reply {exists, used, remaining, reset_ms}, integers only, as every
+-- peek's: used is the estimate now, rounded up, and reset_ms until the
+-- whole use has slid out (0 for none, or no window).
 --
 -- It never writes, so no error reply follows a write; Redis refuses any
 -- write it tried (no-writes).
@@ -21,7 +22,7 @@ if f.err then
   return failed_read('sliding window', f)
 end
 if redis.call('EXISTS', key) == 0 then
-  return {0, 0}
+  return {0, 0, limit, 0}
 end
 local s = dec(f[1], 0, MAX_EXACT)
 local c = dec(f[2], 0, MAX_LIMIT)
@@ -35,4 +36,5 @@ if strict == '1' and f[4] ~= limit_s .. ':' .. window_s then
 end
 local sw = sliding_window(window)
 local prev, cur, start, elapsed = sw.state(now, s, c, p, stored)
-return {sw.share(prev, elapsed) + cur, sw.reset(now, prev, cur, start)}
+local used = sw.share(prev, elapsed) + cur
+return {1, used, limit > used and limit - used or 0, sw.reset(now, prev, cur, start)}

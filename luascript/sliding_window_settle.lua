@@ -6,8 +6,8 @@
 -- KEYS[1]  window hash
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {settled, replay, reserved, used, reset_ms, retry_after_ms, healed},
--- integers only; used, reset_ms and retry_after_ms (for a take of 1) are
+-- Reply {settled, replay, reserved, used, remaining, reset_ms,
+-- retry_after_ms, healed}, integers only, as every settle's; used, reset_ms and retry_after_ms (for a take of 1) are
 -- the window's as a take would report them. settled 0: the window holds
 -- no take of that request id that still counts (it slid out: its record
 -- expires when it stops counting, at the end of the period after its own;
@@ -62,7 +62,7 @@ if f.err then
 end
 local pttl = redis.call('PTTL', key)
 if pttl == -2 then
-  return {0, 0, 0, 0, 0, 0, 0}
+  return {0, 0, 0, 0, limit, 0, 0, 0}
 end
 
 local stored_policy = f[4]
@@ -93,7 +93,7 @@ local sw = sliding_window(window)
 local function view(settled, replay, reserved, s2, c2, p2)
   local prev, cur, start, elapsed = sw.state(now, s2, c2, p2, stored)
   local used = sw.share(prev, elapsed) + cur
-  return {settled, replay, reserved, used, sw.reset(now, prev, cur, start),
+  return {settled, replay, reserved, used, limit > used and limit - used or 0, sw.reset(now, prev, cur, start),
     sw.retry(limit, now, prev, cur, start, elapsed, 1), healed}
 end
 

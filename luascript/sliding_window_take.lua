@@ -4,8 +4,8 @@
 -- KEYS[1]  window hash
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {allowed, replay, used, reset_ms, retry_after_ms, healed}, integers
--- only: used is the estimate right after the decision, rounded up (for a
+-- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
+-- healed}, integers only, as every take's: used is the estimate right after the decision, rounded up (for a
 -- replay, right after the original acceptance); reset_ms is until the
 -- whole use has slid out; retry_after_ms, when denied, is until a take of
 -- this cost fits. Error replies start with INVALID, CONFLICT, POLICY,
@@ -116,12 +116,12 @@ if id ~= '' and f[8] then
     if rc ~= cost_s then
       return fail('CONFLICT', 'request id was accepted with cost ' .. rc, healed)
     end
-    return {1, 1, ru, sw.reset(now, prev, cur, start), 0, healed}
+    return {1, 1, ru, limit > ru and limit - ru or 0, sw.reset(now, prev, cur, start), 0, healed}
   end
 end
 
 if share + cur + cost > limit then
-  return {0, 0, share + cur, sw.reset(now, prev, cur, start),
+  return {0, 0, share + cur, limit > share + cur and limit - share - cur or 0, sw.reset(now, prev, cur, start),
     sw.retry(limit, now, prev, cur, start, elapsed, cost), healed}
 end
 
@@ -212,4 +212,4 @@ local ttl = ends - now
 if pttl < ttl or pttl > ttl + 1 then
   redis.call('PEXPIRE', key, math.max(ttl, 1))
 end
-return {1, 0, used, ttl, 0, healed}
+return {1, 0, used, limit > used and limit - used or 0, ttl, 0, healed}

@@ -5,8 +5,10 @@
 -- KEYS[1]  bucket hash
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {remaining, reset_ms}, integers only: whole tokens in the bucket now
--- and milliseconds until it is full (0 when it is, or there is no bucket).
+-- Reply {exists, used, remaining, reset_ms}, integers only, as every
+-- peek's: remaining is whole tokens in the bucket now, used the burst less
+-- them, and reset_ms until it is full (0 when it is, or there is no
+-- bucket).
 -- The arithmetic is the prelude's gcra, as for token_bucket_take.lua.
 --
 -- It never writes, so no error reply follows a write; Redis refuses any
@@ -22,7 +24,7 @@ if f.err then
   return failed_read('token bucket', f)
 end
 if redis.call('EXISTS', key) == 0 then
-  return {burst, 0}
+  return {0, 0, burst, 0}
 end
 local tat = dec(f[1], 0, MAX_EXACT)
 local rem = dec(f[2], 0, MAX_LIMIT)
@@ -35,4 +37,5 @@ if strict == '1' and f[3] ~= policy then
 end
 local g = gcra(rate, period, burst, now)
 tat, rem = g.rebase(tat, rem, f[3] == policy)
-return {g.tokens(tat, rem), g.ms_until(tat, rem)}
+local tokens = g.tokens(tat, rem)
+return {1, burst - tokens, tokens, g.ms_until(tat, rem)}

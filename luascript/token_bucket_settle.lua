@@ -5,9 +5,10 @@
 -- KEYS[1]  bucket hash
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {settled, replay, reserved, remaining, reset_ms, retry_after_ms,
--- healed}, integers only; remaining, reset_ms and retry_after_ms (for a
--- take of 1) are the bucket's as a take would report them. settled 0: the
+-- Reply {settled, replay, reserved, used, remaining, reset_ms,
+-- retry_after_ms, healed}, integers only, as every settle's; used,
+-- remaining, reset_ms and retry_after_ms (for a take of 1) are the
+-- bucket's as a take would report them. settled 0: the
 -- bucket holds no record of that request id (its dedupe horizon passed, or
 -- it was never accepted), and nothing changed. replay 1: settled before
 -- with this cost, nothing changed. Error replies start with INVALID,
@@ -62,7 +63,7 @@ if f.err then
 end
 local pttl = redis.call('PTTL', key)
 if pttl == -2 then
-  return {0, 0, 0, burst, 0, 0, 0}
+  return {0, 0, 0, 0, burst, 0, 0, 0}
 end
 
 local stored = f[3]
@@ -87,7 +88,8 @@ end
 local function view(settled, replay, reserved, u, r)
   local at_u, at_r = g.sub(u, r, g.tau_u, g.tau_r)
   at_u, at_r = g.add(at_u, at_r, g.span(1))
-  return {settled, replay, reserved, g.tokens(u, r), g.ms_until(u, r), g.ms_until(at_u, at_r), healed}
+  local tokens = g.tokens(u, r)
+  return {settled, replay, reserved, burst - tokens, tokens, g.ms_until(u, r), g.ms_until(at_u, at_r), healed}
 end
 
 if not f[5] then

@@ -3,8 +3,9 @@
 -- KEYS[1]  bucket hash
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {allowed, replay, remaining, reset_ms, retry_after_ms, healed},
--- integers only. Error replies start with INVALID, CONFLICT, POLICY,
+-- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
+-- healed}, integers only, as every take's: remaining is whole tokens,
+-- used the burst less them. Error replies start with INVALID, CONFLICT, POLICY,
 -- WRONGTYPE or REQUEST_IDS_FULL.
 --
 -- Time is Redis's own (TIME), in whole microseconds; the arithmetic is the
@@ -70,7 +71,7 @@ if id ~= '' and f[7] then
     if rc ~= cost_s then
       return fail('CONFLICT', 'request id was accepted with cost ' .. rc, healed)
     end
-    return {1, 1, rr + 0, g.ms_until(tat, rem), 0, healed}
+    return {1, 1, burst - rr, rr + 0, g.ms_until(tat, rem), 0, healed}
   end
 end
 
@@ -78,7 +79,8 @@ end
 local new_u, new_r = g.add(tat, rem, g.span(cost))
 local at_u, at_r = g.sub(new_u, new_r, g.tau_u, g.tau_r)
 if not g.le(at_u, at_r, now, 0) then
-  return {0, 0, g.tokens(tat, rem), g.ms_until(tat, rem), g.ms_until(at_u, at_r), healed}
+  local tokens = g.tokens(tat, rem)
+  return {0, 0, burst - tokens, tokens, g.ms_until(tat, rem), g.ms_until(at_u, at_r), healed}
 end
 
 -- Plan, with reads only, to forget up to three records past their horizon,
@@ -168,4 +170,4 @@ if ttl < 1 then
   ttl = 1
 end
 redis.call('PEXPIRE', key, ttl)
-return {1, 0, remaining, reset, 0, healed}
+return {1, 0, burst - remaining, remaining, reset, 0, healed}

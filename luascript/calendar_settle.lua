@@ -33,11 +33,7 @@
 --#args
 --#include calendar_period
 
-local f = redis.pcall('HMGET', key, 'used', 'policy', 'r:' .. id, 's:' .. id)
-if f.err then
-  return failed_read('window', f)
-end
-local pttl = redis.call('PTTL', key)
+--#include window_read fields='r:'..id,'s:'..id
 
 if pttl == -2 then
   return {0, 0, 0, 0, limit, reset, 0, 0}

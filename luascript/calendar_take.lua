@@ -35,23 +35,8 @@
 --#args
 --#include calendar_period
 
-local f = redis.pcall('HMGET', key, 'used', 'policy', 'ids', 'r:' .. id)
-if f.err then
-  return failed_read('window', f)
-end
-local pttl = redis.call('PTTL', key)
-
-if pttl == -2 then
-  -- No window for this period: cost <= limit and max_ids >= 1, so the
-  -- first take is accepted.
-  if id == '' then
-    redis.call('HSET', key, 'used', cost_s, 'policy', spec, 'ids', '0')
-  else
-    redis.call('HSET', key, 'used', cost_s, 'policy', spec, 'ids', '1', 'r:' .. id, cost_s .. ':' .. cost_s)
-  end
-  redis.call('PEXPIRE', key, ttl)
-  return {1, 0, cost, limit - cost, reset, 0, 0}
-end
+--#include window_read fields='ids','r:'..id
+--#include window_open policy=spec ttl=ttl reset=reset
 
 local used = dec(f[1], 0, MAX_LIMIT)
 local ids = dec(f[3] or '0', 0, MAX_REQUEST_IDS)

@@ -38,11 +38,7 @@
 --#args
 local policy = limit_s .. ':' .. window_s
 
-local f = redis.pcall('HMGET', key, 'used', 'policy', 'r:' .. id, 's:' .. id)
-if f.err then
-  return failed_read('window', f)
-end
-local pttl = redis.call('PTTL', key)
+--#include window_read fields='r:'..id,'s:'..id
 if pttl == -2 then
   return {0, 0, 0, 0, limit, 0, 0, 0}
 end

@@ -29,23 +29,8 @@
 --#args
 local policy = limit_s .. ':' .. window_s
 
-local f = redis.pcall('HMGET', key, 'used', 'policy', 'ids', 'r:' .. id)
-if f.err then
-  return failed_read('window', f)
-end
-local pttl = redis.call('PTTL', key)
-
-if pttl == -2 then
-  -- No window. cost <= limit and max_ids >= 1, so the first take is always
-  -- accepted; the window opens now and its end never moves afterwards.
-  if id == '' then
-    redis.call('HSET', key, 'used', cost_s, 'policy', policy, 'ids', '0')
-  else
-    redis.call('HSET', key, 'used', cost_s, 'policy', policy, 'ids', '1', 'r:' .. id, cost_s .. ':' .. cost_s)
-  end
-  redis.call('PEXPIRE', key, window_s)
-  return {1, 0, cost, limit - cost, window, 0, 0}
-end
+--#include window_read fields='ids','r:'..id
+--#include window_open policy=policy ttl=window_s reset=window
 
 local used = dec(f[1], 0, MAX_LIMIT)
 -- ids absent counts as 0 so a window written without it stays usable.

@@ -22,6 +22,30 @@ if strict == '1' and f[2] ~= policy then
   return fail('POLICY', 'live window has limit:window_ms ' .. f[2], healed)
 end
 
+--#piece window_read
+-- A fixed or calendar window's one read (reads key; makes f, the fields
+-- used, policy and then ${fields}, and pttl), with the WRONGTYPE guard.
+local f = redis.pcall('HMGET', key, 'used', 'policy', ${fields})
+if f.err then
+  return failed_read('window', f)
+end
+local pttl = redis.call('PTTL', key)
+
+--#piece window_open
+-- A fixed or calendar window's first take (reads key, pttl, id, cost_s,
+-- cost, limit, and ${policy}, ${ttl} and ${reset}): with no window, cost
+-- <= limit and max_ids >= 1, so the first take is always accepted; the
+-- window opens now and its end never moves afterwards.
+if pttl == -2 then
+  if id == '' then
+    redis.call('HSET', key, 'used', cost_s, 'policy', ${policy}, 'ids', '0')
+  else
+    redis.call('HSET', key, 'used', cost_s, 'policy', ${policy}, 'ids', '1', 'r:' .. id, cost_s .. ':' .. cost_s)
+  end
+  redis.call('PEXPIRE', key, ${ttl})
+  return {1, 0, cost, limit - cost, ${reset}, 0, 0}
+end
+
 --#piece calendar_period
 -- A calendar window's period (reads e1..e4; makes edges, now, key, ttl and
 -- reset): the one of the three holding Redis's TIME, else CLOCK_SKEW. The
@@ -88,14 +112,8 @@ local function retry(u)
   end
   return 0
 end
-local function left(u)
-  if u >= limit then
-    return 0
-  end
-  return limit - u
-end
 if not f[3] then
-  return {0, 0, 0, used, left(used), ${reset}, retry(used), healed}
+  return {0, 0, 0, used, limit > used and limit - used or 0, ${reset}, retry(used), healed}
 end
 local rc, ru, rest = string.match(f[3], '^(%d+):(%d+)(.*)$')
 local reserved = dec(rc, 1, MAX_LIMIT)
@@ -110,11 +128,11 @@ if f[4] then
   if sc ~= cost_s then
     return fail('CONFLICT', 'request id was settled with cost ' .. sc, healed)
   end
-  return {1, 1, reserved, used, left(used), ${reset}, retry(used), healed}
+  return {1, 1, reserved, used, limit > used and limit - used or 0, ${reset}, retry(used), healed}
 end
 used = math.min(math.max(used + cost - reserved, 0), MAX_LIMIT)
 redis.call('HSET', key, 'used', string.format('%d', used), 's:' .. id, cost_s)
-return {1, 0, reserved, used, left(used), ${reset}, retry(used), healed}
+return {1, 0, reserved, used, limit > used and limit - used or 0, ${reset}, retry(used), healed}
 
 --#piece bucket_heal
 -- A token bucket (reads key, pttl, g, tat, rem, ids, dedupe; makes

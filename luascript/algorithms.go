@@ -68,21 +68,45 @@ var (
 	calendarSettle      = newScript("calendar_settle.lua", calendarSettleBody, &calendarSettleContract)
 )
 
-// An algorithm's scripts, by op, and the check of its limits.
+// An algorithm's scripts, by op, and the kind of its limits.
 type algorithm struct {
 	take, peek, settle *script
-	limits             func(a *Args) error
+	limits             limitsKind
+}
+
+type limitsKind int
+
+const (
+	windowLimits limitsKind = iota
+	bucketLimits
+	leaseLimits
+	calendarLimits
+)
+
+// checkLimits checks a's limits of that kind, as the scripts do. A switch,
+// not a func value, so that a does not escape: a call of a builder
+// allocates its Call alone.
+func (a *Args) checkLimits(k limitsKind) error {
+	switch k {
+	case windowLimits:
+		return invalid(limits.CheckFixedWindow(a.Limit, a.WindowMS))
+	case bucketLimits:
+		return a.TokenBucket.Validate()
+	case leaseLimits:
+		return invalid(limits.CheckConcurrency(a.Limit, a.LeaseMS))
+	}
+	return checkCalendar(a)
 }
 
 // algorithms are the scripts of each algorithm, by its name in
 // quotad/limits. A concurrency lease is not settled but released
 // (ReleaseCall).
 var algorithms = map[string]algorithm{
-	limits.FixedWindow:   {fixedWindowTake, fixedWindowPeek, fixedWindowSettle, checkWindow},
-	limits.SlidingWindow: {slidingWindowTake, slidingWindowPeek, slidingWindowSettle, checkWindow},
-	limits.TokenBucket:   {tokenBucketTake, tokenBucketPeek, tokenBucketSettle, func(a *Args) error { return a.TokenBucket.Validate() }},
-	limits.Concurrency:   {concurrencyTake, concurrencyPeek, nil, func(a *Args) error { return invalid(limits.CheckConcurrency(a.Limit, a.LeaseMS)) }},
-	limits.Calendar:      {calendarTake, calendarPeek, calendarSettle, checkCalendar},
+	limits.FixedWindow:   {fixedWindowTake, fixedWindowPeek, fixedWindowSettle, windowLimits},
+	limits.SlidingWindow: {slidingWindowTake, slidingWindowPeek, slidingWindowSettle, windowLimits},
+	limits.TokenBucket:   {tokenBucketTake, tokenBucketPeek, tokenBucketSettle, bucketLimits},
+	limits.Concurrency:   {concurrencyTake, concurrencyPeek, nil, leaseLimits},
+	limits.Calendar:      {calendarTake, calendarPeek, calendarSettle, calendarLimits},
 }
 
 // Args are the arguments of a call of any algorithm and op: each script
@@ -147,7 +171,7 @@ func ReleaseCall(key, requestID string) (Call, error) {
 	if key == "" {
 		return Call{}, errEmptyKey
 	}
-	if err := concurrencyRelease.c.check(&a); err != nil {
+	if err := concurrencyRelease.check(&a); err != nil {
 		return Call{}, err
 	}
 	return concurrencyRelease.call(&a), nil
@@ -173,23 +197,23 @@ func build(name string, o op, a *Args) (Call, error) {
 	if a.Key == "" {
 		return Call{}, errEmptyKey
 	}
-	if err := alg.limits(a); err != nil {
+	if err := a.checkLimits(alg.limits); err != nil {
 		return Call{}, err
 	}
-	if err := s.c.check(a); err != nil {
+	if err := s.check(a); err != nil {
 		return Call{}, err
 	}
 	return s.call(a), nil
 }
 
-// check refuses a's values of the contract's arguments that are not the
-// limits: a cost, a cap, a horizon, a request id.
-func (c *contract) check(a *Args) error {
-	for _, x := range c.argv() {
-		switch x.name {
-		case "cost":
+// check refuses a's values of s's arguments that are not the limits: a
+// cost, a cap, a horizon, a request id.
+func (s *script) check(a *Args) error {
+	for i, f := range s.fields {
+		switch f {
+		case fieldCost:
 			lo, hi, of := int64(1), a.Limit, "the limit"
-			switch x.hi {
+			switch s.argv[i].hi {
 			case "burst":
 				hi, of = a.Burst, "the burst"
 			case "MAX_LIMIT":
@@ -198,16 +222,16 @@ func (c *contract) check(a *Args) error {
 			if a.Cost < lo || a.Cost > hi {
 				return &Error{Code: CodeInvalid, Message: "cost must be an integer from " + strconv.FormatInt(lo, 10) + " to " + of}
 			}
-		case "maxids":
+		case fieldMaxIDs:
 			if err := limits.CheckMaxRequestIDs(a.MaxRequestIDs); err != nil {
 				return invalid(err)
 			}
-		case "dedupe":
+		case fieldDedupe:
 			if err := limits.CheckDuration("dedupe_ms", a.DedupeMS); err != nil {
 				return invalid(err)
 			}
-		case "id":
-			if err := checkRequestID(a.RequestID, x.kind == argIDRequired); err != nil {
+		case fieldID:
+			if err := checkRequestID(a.RequestID, s.argv[i].kind == argIDRequired); err != nil {
 				return err
 			}
 		}
@@ -215,47 +239,84 @@ func (c *contract) check(a *Args) error {
 	return nil
 }
 
-// encoders write each argument of a contract from Args, by its name.
-var encoders = map[string]func(a *Args) string{
-	"limit":  func(a *Args) string { return decimal(a.Limit) },
-	"window": func(a *Args) string { return decimal(a.WindowMS) },
-	"lease":  func(a *Args) string { return decimal(a.LeaseMS) },
-	"rate":   func(a *Args) string { return decimal(a.Rate) },
-	"period": func(a *Args) string { return decimal(a.PeriodMS) },
-	"burst":  func(a *Args) string { return decimal(a.Burst) },
-	// A cost varies from call to call: formatted each time.
-	"cost":   func(a *Args) string { return strconv.FormatInt(a.Cost, 10) },
-	"maxids": func(a *Args) string { return decimal(a.MaxRequestIDs) },
-	"dedupe": func(a *Args) string { return decimal(a.DedupeMS) },
-	"strict": func(a *Args) string { return flag(a.Strict) },
-	"id":     func(a *Args) string { return a.RequestID },
-	"spec":   func(a *Args) string { return a.Spec },
-	"e1":     func(a *Args) string { return strconv.FormatInt(a.Periods.Edges[0], 10) },
-	"e2":     func(a *Args) string { return strconv.FormatInt(a.Periods.Edges[1], 10) },
-	"e3":     func(a *Args) string { return strconv.FormatInt(a.Periods.Edges[2], 10) },
-	"e4":     func(a *Args) string { return strconv.FormatInt(a.Periods.Edges[3], 10) },
+// field is the field of Args an argument of a contract is written from.
+type field int
+
+const (
+	fieldLimit field = iota
+	fieldWindow
+	fieldLease
+	fieldRate
+	fieldPeriod
+	fieldBurst
+	fieldCost
+	fieldMaxIDs
+	fieldDedupe
+	fieldStrict
+	fieldID
+	fieldSpec
+	fieldEdge1 // and the next three
+)
+
+// fields are the fields of Args by the names of the contracts' arguments.
+var fields = map[string]field{
+	"limit": fieldLimit, "window": fieldWindow, "lease": fieldLease, "rate": fieldRate, "period": fieldPeriod,
+	"burst": fieldBurst, "cost": fieldCost, "maxids": fieldMaxIDs, "dedupe": fieldDedupe, "strict": fieldStrict,
+	"id": fieldID, "spec": fieldSpec, "e1": fieldEdge1, "e2": fieldEdge1 + 1, "e3": fieldEdge1 + 2, "e4": fieldEdge1 + 3,
 }
 
-// encoding is how a contract's ARGV is written from Args, in order; a
-// name without an encoder is a fault of the package's own contracts,
-// which every test finds at init.
-func (c *contract) encoding() []func(*Args) string {
-	var enc []func(*Args) string
+// fieldsOf are the fields a contract's ARGV is written from, in order; a
+// name without a field is a fault of the package's own contracts, which
+// every test finds at init.
+func (c *contract) fieldsOf() []field {
+	var out []field
 	for _, x := range c.argv() {
-		e, ok := encoders[x.name]
+		f, ok := fields[x.name]
 		if !ok {
-			panic("luascript: no encoder for the argument " + x.name)
+			panic("luascript: no field of Args for the argument " + x.name)
 		}
-		enc = append(enc, e)
+		out = append(out, f)
 	}
-	return enc
+	return out
+}
+
+// text is the argument written from field f of a.
+func (a *Args) text(f field) string {
+	switch f {
+	case fieldLimit:
+		return decimal(a.Limit)
+	case fieldWindow:
+		return decimal(a.WindowMS)
+	case fieldLease:
+		return decimal(a.LeaseMS)
+	case fieldRate:
+		return decimal(a.Rate)
+	case fieldPeriod:
+		return decimal(a.PeriodMS)
+	case fieldBurst:
+		return decimal(a.Burst)
+	case fieldCost:
+		// A cost varies from call to call: formatted each time.
+		return strconv.FormatInt(a.Cost, 10)
+	case fieldMaxIDs:
+		return decimal(a.MaxRequestIDs)
+	case fieldDedupe:
+		return decimal(a.DedupeMS)
+	case fieldStrict:
+		return flag(a.Strict)
+	case fieldID:
+		return a.RequestID
+	case fieldSpec:
+		return a.Spec
+	}
+	return strconv.FormatInt(a.Periods.Edges[f-fieldEdge1], 10)
 }
 
 // call is the call of s with a's keys and arguments, all in one
 // allocation: a.Key, or a calendar's three period keys.
 func (s *script) call(a *Args) Call {
 	nk := s.c.keys
-	kv := make([]string, nk+len(s.enc))
+	kv := make([]string, nk+len(s.fields))
 	if nk == 1 {
 		kv[0] = a.Key
 	} else {
@@ -263,14 +324,10 @@ func (s *script) call(a *Args) Call {
 			kv[i] = CalendarPeriodKey(a.Key, st)
 		}
 	}
-	for i, e := range s.enc {
-		kv[nk+i] = e(a)
+	for i, f := range s.fields {
+		kv[nk+i] = a.text(f)
 	}
 	return Call{s: s, keys: kv[:nk:nk], args: kv[nk:]}
-}
-
-func checkWindow(a *Args) error {
-	return invalid(limits.CheckFixedWindow(a.Limit, a.WindowMS))
 }
 
 var errEmptyKey = &Error{Code: CodeInvalid, Message: "key must not be empty"}

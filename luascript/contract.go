@@ -10,8 +10,9 @@ import (
 // ARGV order, each with its kind and bounds. It is written once, here, and
 // the rest follows from it: the Lua that checks the arguments (checksLua,
 // spliced into the script where its body says --#args), the Go that lays
-// them out (Call's builders fill them by name, see encode), and where a
-// take of several limits finds a take's request id (multitake.go).
+// them out (the builders write each from its field of Args, Args.text),
+// and where a take of several limits finds a take's arguments
+// (multitake.go).
 type contract struct {
 	keys int
 	args []arg

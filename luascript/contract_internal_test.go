@@ -32,8 +32,8 @@ func TestEveryAlgorithmHasItsPieces(t *testing.T) {
 			if s.c == nil || !strings.Contains(s.body, s.c.checksLua()) {
 				t.Errorf("%s: %s does not check its arguments by its contract (--#args)", name, s.name)
 			}
-			if len(s.enc) != len(s.c.argv()) {
-				t.Errorf("%s: %s writes %d arguments, its contract has %d", name, s.name, len(s.enc), len(s.c.argv()))
+			if len(s.fields) != len(s.c.argv()) {
+				t.Errorf("%s: %s writes %d arguments, its contract has %d", name, s.name, len(s.fields), len(s.c.argv()))
 			}
 		}
 		// A take of several limits runs its take and, on a Redis

@@ -240,7 +240,7 @@
 //     the other scripts do: callers treat an *Error as "nothing applied".
 //     Check every argument before touching Redis; give every key it writes
 //     a TTL. Reply in its op's layout (# Calls).
-//  3. Declare its contract in contract.go (an encoder in algorithms.go
+//  3. Declare its contract in contract.go (a field in algorithms.go
 //     for an argument of a new name), embed it and register it with
 //     newScript in algorithms.go, in its algorithm's entry of algorithms
 //     (a new algorithm: a new entry, with the check of its limits).

@@ -114,9 +114,12 @@ type script struct {
 	name string // its file: "fixed_window_take.lua"
 	body string // its file assembled (assemble): src after the prelude
 	src  string
-	c    *contract            // its arguments; nil for a take of several limits
-	enc  []func(*Args) string // how its arguments are written (contract.encoding)
-	sha  string
+	// c is its arguments, nil for a take of several limits; argv are
+	// those of ARGV, and fields the fields of Args they are written from.
+	c      *contract
+	argv   []arg
+	fields []field
+	sha    string
 	// peek: a read-only script, sent with EVALSHA_RO (see readOnlyScript).
 	peek bool
 	lua  *rueidis.Lua   // a script that writes
@@ -133,7 +136,7 @@ func newScript(name, file string, c *contract) *script {
 	src := join(name, body)
 	s := &script{name: name, body: body, src: src, c: c, sha: sha1Hex(src), peek: strings.HasPrefix(src, "#!lua flags=no-writes")}
 	if c != nil {
-		s.enc = c.encoding()
+		s.argv, s.fields = c.argv(), c.fieldsOf()
 	}
 	if s.peek {
 		s.ro = newReadOnlyScript(src)

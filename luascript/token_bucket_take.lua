@@ -17,8 +17,8 @@
 -- that heals a bucket without TTL, after which the replies may be POLICY,
 -- WRONGTYPE (a malformed record), CONFLICT or REQUEST_IDS_FULL, each marked
 -- TTL_RESTORED; or the HSET that applies an accepted take. Forgetting old
--- records is planned with reads only (one HMGET of up to three queue
--- entries, one of the records), REQUEST_IDS_FULL is decided on that plan, and
+-- records is planned with reads only (an HGET per queue entry looked at,
+-- one HMGET of the records), REQUEST_IDS_FULL is decided on that plan, and
 -- only then come the HSET, one HDEL of the plan and the PEXPIRE.
 -- A refused take therefore forgets nothing; the next accepted one does.
 --
@@ -83,11 +83,40 @@ if not g.le(at_u, at_r, now, 0) then
   return {0, 0, burst - tokens, tokens, g.ms_until(tat, rem), g.ms_until(at_u, at_r), healed}
 end
 
--- Forget up to three records past their horizon; queue entries are
--- "<id>:<expiry ms>", a record's last field its expiry.
---#include prune q=q r=r head=qh tail=qt now=now_ms expiry=:(%d+)$
-if forgot > 0 then
-  ids = ids > forgot and ids - forgot or 0
+-- Plan, with reads only, to forget up to three records past their horizon,
+-- oldest first. A take adds at most one record, so under any traffic the
+-- records stay bounded. Queue entries are "<id>:<expiry ms>"; a record
+-- renewed after its entry was queued is newer than the entry and stays.
+-- This take's own id is overwritten below, never forgotten.
+local drop, popped, rf = nil, 0, nil
+while popped < 3 and qh + popped < qt do
+  local qf = 'q:' .. string.format('%d', qh + popped)
+  local qid, qx = string.match(redis.call('HGET', key, qf) or '', '^(.+):(%d+)$')
+  qx = dec(qx, 0, MAX_EXACT)
+  if qx and qx > now_ms then
+    break
+  end
+  drop = drop or {}
+  drop[#drop + 1] = qf
+  popped = popped + 1
+  if qid and qid ~= id then
+    rf = rf or {}
+    rf[#rf + 1] = 'r:' .. qid
+  end
+end
+if rf then
+  -- A record named twice in the queue is looked at once.
+  local recs = redis.call('HMGET', key, unpack(rf))
+  local seen = {}
+  for i = 1, #rf do
+    local rec = recs[i]
+    local rx = rec and dec(string.match(rec, ':(%d+)$'), 0, MAX_EXACT)
+    if rec and not seen[rf[i]] and (not rx or rx <= now_ms) then
+      seen[rf[i]] = true
+      drop[#drop + 1] = rf[i]
+      ids = math.max(ids - 1, 0)
+    end
+  end
 end
 qh = qh + popped
 
@@ -131,7 +160,7 @@ end
 -- The HSET first (see the top): the fields it writes (this id's record, the
 -- queue's new tail) are never among those dropped.
 redis.call('HSET', key, unpack(fields))
-if drop and #drop > 0 then
+if drop then
   redis.call('HDEL', key, unpack(drop))
 end
 if ttl < pttl then

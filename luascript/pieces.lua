@@ -156,8 +156,8 @@ end
 -- the field ${r}:<id> each names when its own expiry (the capture of
 -- ${expiry}) has passed too: one renewed after its entry was queued is
 -- newer than the entry and stays. This call's own id is written after,
--- never forgotten. Makes drop (the fields to delete, or nil), popped (the
--- entries) and forgot (the ${r}:<id>); a call adds at most one entry, so
+-- never forgotten. Makes drop (the fields to delete: nil or empty for
+-- none), popped (the entries) and forgot (the ${r}:<id>); a call adds at most one entry, so
 -- under any traffic the queue stays bounded. Reads key, id and ${now}.
 local drop, popped, forgot = nil, 0, 0
 if ${head} < ${tail} then

@@ -252,10 +252,11 @@ func plural(n int, one string) string {
 func (c contract) checksLua() string {
 	var b strings.Builder
 	argv := c.argv()
-	b.WriteString("-- Arguments, from the script's contract (contract.go):\n")
+	docs := make([]string, len(argv))
 	for i, a := range argv {
-		fmt.Fprintf(&b, "--   ARGV[%d] %s\n", i+1, a.doc())
+		docs[i] = a.doc()
 	}
+	b.WriteString("-- ARGV, from the script's contract (contract.go): " + strings.Join(docs, ", ") + "\n")
 	fmt.Fprintf(&b, "if #KEYS ~= %d or #ARGV ~= %d then\n  return fail('INVALID', 'want %s and %s')\nend\n",
 		c.keys, len(argv), plural(c.keys, "key"), plural(len(argv), "argument"))
 	if c.keys == 1 {
@@ -339,20 +340,13 @@ func wrap(conds []string) string {
 	return b.String()
 }
 
+// doc names the argument in the script's text.
 func (a arg) doc() string {
-	switch a.kind {
-	case argNum:
-		label := a.label
-		if label == "" {
-			label = a.name
-		}
-		return label + ": canonical decimal, " + a.lo + ".." + a.hi
-	case argStrict:
-		return "strict: \"1\": a live key written under other limits is POLICY"
-	case argID:
-		return "request_id: \"\" for none, else 1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]"
-	case argIDRequired:
-		return "request_id: 1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]"
+	switch {
+	case a.kind == argID || a.kind == argIDRequired:
+		return "request_id"
+	case a.label != "":
+		return a.label
 	}
 	return a.name
 }

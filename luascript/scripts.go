@@ -87,6 +87,12 @@ func assemble(name, body string, c *contract) string {
 			if strings.Contains(text, "${") {
 				panic("luascript: " + name + " leaves a ${...} of piece " + fields[0])
 			}
+			// The piece's leading comment is for readers of pieces.lua;
+			// the script names it in one line, and is the shorter for it
+			// (the embedded store parses a script's text on every call).
+			for strings.HasPrefix(text, "--") {
+				_, text, _ = strings.Cut(text, "\n")
+			}
 			b.WriteString("-- " + fields[0] + " (pieces.lua)\n" + text)
 		default:
 			b.WriteString(line)

@@ -1,14 +1,25 @@
-// Package limits defines the shapes quotad decides against and their
-// bounds, once. The protocol decoder, the policy file and the Lua calls
-// all check a shape here, so a bound cannot drift between them; the Lua
-// scripts check the same numbers again (luascript's prelude is built from
-// these constants).
+// Package limits owns what a limit is, apart from where it is written and
+// where it is kept: the algorithm names, the shapes (Window, Bucket,
+// Leases, Sliding, CalendarWindow) with their checks and the arithmetic
+// they imply (a bucket's refill time, a calendar's periods), and every
+// bound of a request and a policy, each declared once here: the largest
+// limit, window, lease count, request id, subject, policy name, timeout,
+// and the checks of one take, with the rules messages give for them.
+//
+// The protocol decoder, the policy file and the Lua calls take them from
+// here, so a bound cannot drift between them; the Lua scripts check the
+// same numbers again (luascript's prelude is built from these constants).
+// A test fails when another package declares one of these bounds or
+// writes its number out in a message.
 //
 // It imports nothing of quotad's and never will: every other package may
-// import it.
+// import it. It knows no wire, no policy file and no Redis.
 package limits
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // Algorithms a request or a policy may name. An absent algorithm is
 // FixedWindow, so requests written before there was a choice keep their
@@ -39,6 +50,26 @@ const (
 	// DefaultMaxRequestIDs caps the request id records of one window when
 	// a policy (or inline limits) does not say.
 	DefaultMaxRequestIDs = 10_000
+	// MaxChecks bounds the checks of one take: the limits it takes from
+	// at once, all or nothing, in one script call.
+	MaxChecks = 8
+	// MaxSubjectBytes bounds a subject, which is part of every key.
+	MaxSubjectBytes = 256
+	// MaxPolicyNameBytes bounds a policy's name, which is part of the keys
+	// of its subjects.
+	MaxPolicyNameBytes = 64
+	// MaxTimeoutMS bounds the time a request may wait for its decision
+	// (an hour).
+	MaxTimeoutMS = 60 * 60 * 1000
+	// MaxIDBytes bounds a request's id, which its reply echoes.
+	MaxIDBytes = 128
+)
+
+// MaxWindow is MaxWindowMS as a duration, for the policy file's durations;
+// MaxWindowText is how messages name it.
+const (
+	MaxWindow     = MaxWindowMS * time.Millisecond
+	MaxWindowText = "744h (31 days)"
 )
 
 // Error says which field of a shape is out of bounds and why.
@@ -135,3 +166,41 @@ func ValidRequestID(s string) bool {
 
 // RequestIDRule is how messages describe a valid request id.
 const RequestIDRule = "request_id must be 1 to 64 of A-Z a-z 0-9 _ -"
+
+// ValidPolicyName reports whether s can name a policy: 1 to
+// MaxPolicyNameBytes of A-Z a-z 0-9 _ . - (no ':', so the keys built from
+// it stay unambiguous).
+func ValidPolicyName(s string) bool {
+	if s == "" || len(s) > MaxPolicyNameBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// PolicyNameChars is how messages describe a valid policy name, after the
+// word "must be".
+const PolicyNameChars = "1 to 64 of A-Z a-z 0-9 _ . -"
+
+// CheckTimeout checks a request's timeout_ms.
+func CheckTimeout(ms int64) error {
+	if ms < 1 || ms > MaxTimeoutMS {
+		return outOfRange("timeout_ms", 1, MaxTimeoutMS, "")
+	}
+	return nil
+}
+
+// CheckSubject checks a subject's length; what it may hold is the
+// protocol's to say.
+func CheckSubject(s string) error {
+	if s == "" || len(s) > MaxSubjectBytes {
+		return &Error{Field: "subject", Message: "subject must be 1 to " + strconv.Itoa(MaxSubjectBytes) + " bytes"}
+	}
+	return nil
+}

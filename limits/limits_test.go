@@ -2,7 +2,10 @@ package limits
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestBounds(t *testing.T) {
@@ -48,5 +51,32 @@ func TestValidRequestID(t *testing.T) {
 		if got := ValidRequestID(id); got != want {
 			t.Errorf("ValidRequestID(%q) = %v, want %v", id, got, want)
 		}
+	}
+}
+
+func TestValidPolicyName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"api": true, "A.b-c_9": true, strings.Repeat("p", MaxPolicyNameBytes): true,
+		"": false, strings.Repeat("p", MaxPolicyNameBytes+1): false, "a:b": false, "a b": false, "é": false, "a/b": false,
+	} {
+		if got := ValidPolicyName(name); got != want {
+			t.Errorf("ValidPolicyName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// The texts that name a bound in words say the bound's number.
+func TestRuleTexts(t *testing.T) {
+	for text, want := range map[string]string{
+		RequestIDRule:   "1 to " + strconv.Itoa(MaxRequestIDBytes) + " of",
+		PolicyNameChars: "1 to " + strconv.Itoa(MaxPolicyNameBytes) + " of",
+		MaxWindowText:   strconv.Itoa(int(MaxWindow/time.Hour)) + "h (" + strconv.Itoa(int(MaxWindow/(24*time.Hour))) + " days)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("%q does not say %q", text, want)
+		}
+	}
+	if MaxWindow%time.Hour != 0 || MaxWindow%(24*time.Hour) != 0 {
+		t.Errorf("MaxWindow %v is not whole days, as MaxWindowText says", MaxWindow)
 	}
 }

@@ -29,10 +29,8 @@ type TokenBucket struct {
 }
 
 // RefillMS is how long an empty bucket takes to fill, rounded up to whole
-// milliseconds.
-func (b TokenBucket) RefillMS() int64 {
-	return (b.Burst*b.PeriodMS + b.Rate - 1) / b.Rate
-}
+// milliseconds (limits.Bucket.RefillMS).
+func (b TokenBucket) RefillMS() int64 { return limits.Bucket(b).RefillMS() }
 
 // Validate checks the bounds the scripts check (limits.CheckTokenBucket).
 // The refill time is bounded by MaxWindowMS, so every time a bucket stores

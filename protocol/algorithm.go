@@ -19,9 +19,6 @@ const (
 // AlgorithmSlidingWindow is the two-window counter (limits.Sliding).
 const AlgorithmSlidingWindow = limits.SlidingWindow
 
-// MaxLeases bounds a concurrency limit (limits.MaxLeases).
-const MaxLeases = limits.MaxLeases
-
 // algorithmFields are the inline fields beyond limit and window_ms.
 const algorithmFields = fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst | fieldLeaseMS | calendarFields
 

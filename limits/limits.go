@@ -87,42 +87,42 @@ func outOfRange(field string, lo, hi int64, suffix string) *Error {
 		" to " + strconv.FormatInt(hi, 10) + suffix}
 }
 
-// CheckLimit checks a fixed window's limit (also a rate or a burst's range
+// ValidateLimit checks a fixed window's limit (also a rate or a burst's range
 // under another field name).
-func CheckLimit(field string, n int64) error {
+func ValidateLimit(field string, n int64) error {
 	if n < 1 || n > MaxLimit {
 		return outOfRange(field, 1, MaxLimit, "")
 	}
 	return nil
 }
 
-// CheckDuration checks a length of time in milliseconds.
-func CheckDuration(field string, ms int64) error {
+// ValidateDuration checks a length of time in milliseconds.
+func ValidateDuration(field string, ms int64) error {
 	if ms < 1 || ms > MaxWindowMS {
 		return outOfRange(field, 1, MaxWindowMS, " (31 days)")
 	}
 	return nil
 }
 
-// CheckFixedWindow checks a fixed window: limit per window_ms.
-func CheckFixedWindow(limit, windowMS int64) error {
-	if err := CheckLimit("limit", limit); err != nil {
+// ValidateFixedWindow checks a fixed window: limit per window_ms.
+func ValidateFixedWindow(limit, windowMS int64) error {
+	if err := ValidateLimit("limit", limit); err != nil {
 		return err
 	}
-	return CheckDuration("window_ms", windowMS)
+	return ValidateDuration("window_ms", windowMS)
 }
 
-// CheckTokenBucket checks a token bucket: rate tokens per period_ms, burst
+// ValidateTokenBucket checks a token bucket: rate tokens per period_ms, burst
 // tokens at most, and an empty bucket refills (burst * period_ms / rate)
 // within MaxWindowMS, so every time it stores fits a key's TTL.
-func CheckTokenBucket(rate, periodMS, burst int64) error {
-	if err := CheckLimit("rate", rate); err != nil {
+func ValidateTokenBucket(rate, periodMS, burst int64) error {
+	if err := ValidateLimit("rate", rate); err != nil {
 		return err
 	}
-	if err := CheckDuration("period_ms", periodMS); err != nil {
+	if err := ValidateDuration("period_ms", periodMS); err != nil {
 		return err
 	}
-	if err := CheckLimit("burst", burst); err != nil {
+	if err := ValidateLimit("burst", burst); err != nil {
 		return err
 	}
 	if burst*periodMS > MaxWindowMS*rate { // each side below 2^62
@@ -132,16 +132,16 @@ func CheckTokenBucket(rate, periodMS, burst int64) error {
 	return nil
 }
 
-// CheckConcurrency checks a concurrency limit: limit leases of lease_ms.
-func CheckConcurrency(limit, leaseMS int64) error {
+// ValidateConcurrency checks a concurrency limit: limit leases of lease_ms.
+func ValidateConcurrency(limit, leaseMS int64) error {
 	if limit < 1 || limit > MaxLeases {
 		return outOfRange("limit", 1, MaxLeases, " for concurrency")
 	}
-	return CheckDuration("lease_ms", leaseMS)
+	return ValidateDuration("lease_ms", leaseMS)
 }
 
-// CheckMaxRequestIDs checks a max_request_ids.
-func CheckMaxRequestIDs(n int64) error {
+// ValidateMaxRequestIDs checks a max_request_ids.
+func ValidateMaxRequestIDs(n int64) error {
 	if n < 1 || n > MaxRequestIDs {
 		return outOfRange("max_request_ids", 1, MaxRequestIDs, "")
 	}
@@ -188,17 +188,17 @@ func ValidPolicyName(s string) bool {
 // word "must be".
 const PolicyNameChars = "1 to 64 of A-Z a-z 0-9 _ . -"
 
-// CheckTimeout checks a request's timeout_ms.
-func CheckTimeout(ms int64) error {
+// ValidateTimeout checks a request's timeout_ms.
+func ValidateTimeout(ms int64) error {
 	if ms < 1 || ms > MaxTimeoutMS {
 		return outOfRange("timeout_ms", 1, MaxTimeoutMS, "")
 	}
 	return nil
 }
 
-// CheckSubject checks a subject's length; what it may hold is the
+// ValidateSubject checks a subject's length; what it may hold is the
 // protocol's to say.
-func CheckSubject(s string) error {
+func ValidateSubject(s string) error {
 	if s == "" || len(s) > MaxSubjectBytes {
 		return &Error{Field: "subject", Message: "subject must be 1 to " + strconv.Itoa(MaxSubjectBytes) + " bytes"}
 	}

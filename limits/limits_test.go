@@ -14,18 +14,18 @@ func TestBounds(t *testing.T) {
 		err   error
 		field string // "" for no error
 	}{
-		{"limit ok", CheckFixedWindow(1, 1), ""},
-		{"limit max", CheckFixedWindow(MaxLimit, MaxWindowMS), ""},
-		{"limit zero", CheckFixedWindow(0, 1), "limit"},
-		{"limit over", CheckFixedWindow(MaxLimit+1, 1), "limit"},
-		{"window over", CheckFixedWindow(1, MaxWindowMS+1), "window_ms"},
-		{"bucket ok", CheckTokenBucket(10, 1000, 20), ""},
-		{"bucket refill too long", CheckTokenBucket(1, MaxWindowMS, 2), "burst"},
-		{"bucket rate", CheckTokenBucket(0, 1000, 1), "rate"},
-		{"leases ok", CheckConcurrency(MaxLeases, 1), ""},
-		{"leases over", CheckConcurrency(MaxLeases+1, 1), "limit"},
-		{"lease over", CheckConcurrency(1, MaxWindowMS+1), "lease_ms"},
-		{"ids over", CheckMaxRequestIDs(MaxRequestIDs + 1), "max_request_ids"},
+		{"limit ok", ValidateFixedWindow(1, 1), ""},
+		{"limit max", ValidateFixedWindow(MaxLimit, MaxWindowMS), ""},
+		{"limit zero", ValidateFixedWindow(0, 1), "limit"},
+		{"limit over", ValidateFixedWindow(MaxLimit+1, 1), "limit"},
+		{"window over", ValidateFixedWindow(1, MaxWindowMS+1), "window_ms"},
+		{"bucket ok", ValidateTokenBucket(10, 1000, 20), ""},
+		{"bucket refill too long", ValidateTokenBucket(1, MaxWindowMS, 2), "burst"},
+		{"bucket rate", ValidateTokenBucket(0, 1000, 1), "rate"},
+		{"leases ok", ValidateConcurrency(MaxLeases, 1), ""},
+		{"leases over", ValidateConcurrency(MaxLeases+1, 1), "limit"},
+		{"lease over", ValidateConcurrency(1, MaxWindowMS+1), "lease_ms"},
+		{"ids over", ValidateMaxRequestIDs(MaxRequestIDs + 1), "max_request_ids"},
 	} {
 		var le *Error
 		switch {

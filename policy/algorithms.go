@@ -88,7 +88,7 @@ func buildTokenBucket(p *Policy, fp filePolicy, fail func(field, msg string) err
 		}
 	}
 	bucket := limits.Bucket{Rate: rate, PeriodMS: period, Burst: burst}
-	if err := bucket.Check(); err != nil {
+	if err := bucket.Validate(); err != nil {
 		return nil, fail("burst", "burst * period / rate, the time to refill from empty, must be at most "+limits.MaxWindowText)
 	}
 	p.Rate, p.PeriodMS, p.Burst, p.Limit = rate, period, burst, burst
@@ -110,7 +110,7 @@ func readMaxRequestIDs(p *Policy, fp filePolicy, fail func(field, msg string) er
 		return nil
 	}
 	n, ok := intField(fp.MaxRequestIDs)
-	if !ok || limits.CheckMaxRequestIDs(n) != nil {
+	if !ok || limits.ValidateMaxRequestIDs(n) != nil {
 		return fail("max_request_ids", maxIDsRange+quote(fp.MaxRequestIDs.Value))
 	}
 	p.MaxRequestIDs = n

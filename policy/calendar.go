@@ -44,7 +44,7 @@ func buildCalendar(p *Policy, fp filePolicy, fail func(field, msg string) error)
 		}
 		c.JitterMS = d.Milliseconds()
 	}
-	if err := c.Check(); err != nil {
+	if err := c.Validate(); err != nil {
 		var le *limits.Error
 		if !errors.As(err, &le) {
 			return nil, fail("", err.Error())

@@ -55,7 +55,7 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 		if r.fields&fieldLimit == 0 || r.fields&fieldWindowMS == 0 {
 			return invalid("fixed_window needs limit and window_ms")
 		}
-		return invalidShape(limits.CheckFixedWindow(r.Limit, r.WindowMS))
+		return invalidShape(limits.ValidateFixedWindow(r.Limit, r.WindowMS))
 	case AlgorithmTokenBucket:
 		if r.fields&fieldRate == 0 || r.fields&fieldPeriodMS == 0 {
 			return invalid("token_bucket needs rate and period_ms (burst defaults to rate)")
@@ -68,12 +68,12 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 		if r.fields&fieldLimit == 0 || r.fields&fieldLeaseMS == 0 {
 			return invalid("concurrency needs limit and lease_ms")
 		}
-		return invalidShape(limits.CheckConcurrency(r.Limit, r.LeaseMS))
+		return invalidShape(limits.ValidateConcurrency(r.Limit, r.LeaseMS))
 	case AlgorithmSlidingWindow:
 		if r.fields&fieldLimit == 0 || r.fields&fieldWindowMS == 0 {
 			return invalid("sliding_window needs limit and window_ms")
 		}
-		return invalidShape(limits.Sliding{Limit: r.Limit, WindowMS: r.WindowMS}.Check())
+		return invalidShape(limits.Sliding{Limit: r.Limit, WindowMS: r.WindowMS}.Validate())
 	case AlgorithmCalendar:
 		return r.validateCalendar()
 	}
@@ -92,7 +92,7 @@ func invalidShape(err error) error {
 // burst tokens at most, and an empty bucket refills (burst * period_ms /
 // rate) within 31 days, so every time it stores fits a key's TTL.
 func ValidTokenBucket(rate, periodMS, burst int64) error {
-	return invalidShape(limits.CheckTokenBucket(rate, periodMS, burst))
+	return invalidShape(limits.ValidateTokenBucket(rate, periodMS, burst))
 }
 
 // validateRelease: a release names the lease it frees.

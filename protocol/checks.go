@@ -131,7 +131,7 @@ func (r *Request) validateChecks() error {
 		return invalid(limits.RequestIDRule)
 	}
 	if r.fields&fieldTimeoutMS != 0 {
-		if err := limits.CheckTimeout(r.TimeoutMS); err != nil {
+		if err := limits.ValidateTimeout(r.TimeoutMS); err != nil {
 			return invalid(err.Error())
 		}
 	}

@@ -140,7 +140,7 @@ func (r *Request) validate() error {
 	if r.fields&fieldSubject == 0 {
 		return invalid("subject is required")
 	}
-	if err := limits.CheckSubject(r.Subject); err != nil {
+	if err := limits.ValidateSubject(r.Subject); err != nil {
 		return invalid(err.Error())
 	}
 	for _, c := range r.Subject {
@@ -163,7 +163,7 @@ func (r *Request) validate() error {
 	case r.fields&fieldLimit == 0 || r.fields&fieldWindowMS == 0:
 		return invalid("give policy, or both limit and window_ms")
 	default:
-		if err := limits.CheckFixedWindow(r.Limit, r.WindowMS); err != nil {
+		if err := limits.ValidateFixedWindow(r.Limit, r.WindowMS); err != nil {
 			return invalid(err.Error())
 		}
 	}
@@ -190,7 +190,7 @@ func (r *Request) validate() error {
 		}
 	}
 	if r.fields&fieldTimeoutMS != 0 {
-		if err := limits.CheckTimeout(r.TimeoutMS); err != nil {
+		if err := limits.ValidateTimeout(r.TimeoutMS); err != nil {
 			return invalid(err.Error())
 		}
 	}

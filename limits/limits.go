@@ -1,6 +1,6 @@
 // Package limits owns what a limit is, apart from where it is written and
 // where it is kept: the algorithm names, the shapes (Window, Bucket,
-// Leases, Sliding, CalendarWindow) with their checks and the arithmetic
+// Leases, Sliding, CalendarWindow) with their validation and the arithmetic
 // they imply (a bucket's refill time, a calendar's periods), and every
 // bound of a request and a policy, each declared once here: the largest
 // limit, window, lease count, request id, subject, policy name, timeout,

@@ -80,7 +80,7 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 	return nil
 }
 
-// invalidShape turns a limits check's error into an INVALID reply.
+// invalidShape turns a limits validation's error into an INVALID reply.
 func invalidShape(err error) error {
 	if err == nil {
 		return nil

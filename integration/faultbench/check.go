@@ -30,15 +30,32 @@ func (e *env) check(ctx context.Context, l *load, takes []take) ([]string, error
 		return nil, err
 	}
 	defer c.Close()
+	// send sends a take again until it gets an answer that is not
+	// UNAVAILABLE: the breaker may open again for a while after a fault
+	// (a late reply, the flap damping), and a request id makes resending
+	// safe.
 	send := func(tk *take) (protocol.Reply, error) {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		raw, err := c.Do(ctx, l.line(tk.subject, tk.rid))
-		if err != nil {
-			return protocol.Reply{}, err
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			raw, err := c.Do(ctx, l.line(tk.subject, tk.rid))
+			cancel()
+			if err != nil {
+				return protocol.Reply{}, err
+			}
+			var r protocol.Reply
+			if err := json.Unmarshal(raw, &r); err != nil {
+				return r, err
+			}
+			if r.OK || r.Error != protocol.CodeUnavailable || time.Now().After(deadline) {
+				return r, nil
+			}
+			select {
+			case <-ctx.Done():
+				return r, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
-		var r protocol.Reply
-		return r, json.Unmarshal(raw, &r)
 	}
 
 	accepted := make(map[int]int64)

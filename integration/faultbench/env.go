@@ -73,6 +73,7 @@ func (e *env) startQuotad(ctx context.Context) error {
 	}
 	e.cmd = exec.Command(e.o.quotad, args...)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
+	e.cmd.SysProcAttr = procAttr()
 	if err := e.cmd.Start(); err != nil {
 		return fmt.Errorf("start quotad: %w", err)
 	}

@@ -59,7 +59,7 @@ type FaultProxy struct {
 	links    [2]link // the bandwidth cap of each way, shared by every connection
 	accepted int64
 	wg       sync.WaitGroup
-	bytes    [2]atomic.Int64 // bytes delivered, by way index
+	bytes    [2]atomic.Int64 // bytes passed on, by way index
 }
 
 // StartFaultProxy listens on a free port of 127.0.0.1 and forwards every
@@ -202,13 +202,30 @@ func (p *FaultProxy) Accepted() int64 {
 	return p.accepted
 }
 
-// Bytes is how many bytes the proxy has delivered the way dir (ToServer or
-// ToClient) since it started.
+// Bytes is how many bytes the proxy has passed on the way dir since it
+// started (a write that fails, ending its connection, counts too).
 func (p *FaultProxy) Bytes(dir Direction) int64 {
 	var n int64
 	for i := range p.bytes {
 		if dir&(1<<i) != 0 {
 			n += p.bytes[i].Load()
+		}
+	}
+	return n
+}
+
+// Buffered is how many bytes the open connections hold the way dir: read
+// from one side and not yet delivered to the other (delayed, shaped or
+// held by a blackhole).
+func (p *FaultProxy) Buffered(dir Direction) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n int64
+	for c := range p.conns {
+		for i := range c.held {
+			if dir&(1<<i) != 0 {
+				n += c.held[i].Load()
+			}
 		}
 	}
 	return n
@@ -299,6 +316,8 @@ type proxyConn struct {
 
 	mu     sync.Mutex
 	target *net.TCPConn // nil until dialled
+
+	held [2]atomic.Int64 // bytes read and not yet delivered, by way index
 }
 
 // chunk is bytes read at one moment; nil data is the end of the way's
@@ -345,6 +364,7 @@ func (c *proxyConn) read(w int, src *net.TCPConn, q chan<- chunk) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			ch := chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(c.p.latencyOf(w))}
+			c.held[w].Add(int64(n))
 			select {
 			case q <- ch:
 			case <-c.done:
@@ -396,11 +416,14 @@ func (c *proxyConn) write(w int, dst *net.TCPConn, q <-chan chunk) {
 					return
 				}
 			}
+			// Counted before the write, so that a peer that has read the
+			// bytes never finds them still held or not yet passed on.
+			c.held[w].Add(-int64(n))
+			c.p.bytes[w].Add(int64(n))
 			if _, err := dst.Write(data[:n]); err != nil {
 				c.abort()
 				return
 			}
-			c.p.bytes[w].Add(int64(n))
 			data = data[n:]
 		}
 	}

@@ -114,17 +114,18 @@ func TestFaultProxyLatencyDelaysEveryChunkInOrder(t *testing.T) {
 
 	// Three replies written 40 ms apart each arrive at least latency after
 	// they were written, in order.
-	sent := make([]time.Time, 3)
+	const replies = 3
+	sent := make(chan time.Time, replies)
 	go func() {
-		for i := range sent {
-			sent[i] = time.Now()
+		for i := range replies {
+			sent <- time.Now()
 			_, _ = c.server.Write([]byte{byte('a' + i)})
 			time.Sleep(40 * time.Millisecond)
 		}
 	}()
-	for i := range sent {
+	for i := range replies {
 		readFullBy(t, c.client, []byte{byte('a' + i)})
-		if took := time.Since(sent[i]); took < latency {
+		if took := time.Since(<-sent); took < latency {
 			t.Fatalf("reply %d arrived %v after it was written, want at least %v", i, took, latency)
 		}
 	}
@@ -138,6 +139,43 @@ func TestFaultProxyLatencyDelaysEveryChunkInOrder(t *testing.T) {
 	readFullBy(t, c.server, []byte("cmd"))
 	if took := time.Since(start); took < 2*latency {
 		t.Fatalf("a command arrived after %v, want at least %v", took, 2*latency)
+	}
+}
+
+// TestFaultProxyLatencyIsADelayLine shows that latency does not throttle:
+// bytes written one after another while the first is still delayed are all
+// read into the delay line at once, where a connection that slept before
+// each write would hold one chunk at a time.
+func TestFaultProxyLatencyIsADelayLine(t *testing.T) {
+	const latency = 2 * time.Second // far longer than the writes take
+	ln := targetListener(t)
+	p := redistest.StartFaultProxy(t, ln.Addr().String())
+	c := dialThrough(t, p, ln)
+	p.SetLatency(redistest.ToClient, latency)
+	const replies = 3
+	sent := make(chan time.Time, replies)
+	for i := range replies {
+		sent <- time.Now()
+		if _, err := c.server.Write([]byte{byte('a' + i)}); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Buffered(redistest.ToClient) != replies {
+		if time.Now().After(deadline) {
+			t.Fatalf("Buffered(ToClient) = %d, want all %d bytes in the delay line at once", p.Buffered(redistest.ToClient), replies)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := range replies {
+		readFullBy(t, c.client, []byte{byte('a' + i)})
+		if took := time.Since(<-sent); took < latency {
+			t.Fatalf("reply %d arrived %v after it was written, want at least %v", i, took, latency)
+		}
+	}
+	if got := p.Buffered(redistest.Both); got != 0 {
+		t.Fatalf("Buffered(Both) = %d once everything was read, want 0", got)
 	}
 }
 

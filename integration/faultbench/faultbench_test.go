@@ -45,8 +45,8 @@ func TestMain(m *testing.M) {
 // TestEveryFaultKeepsTheInvariants runs every scenario once and fails on
 // any violation of what quotad promises under a fault: no subject over its
 // limit, exact replays, takes answered "not run" not run, a TTL on every
-// key. The figures are not checked: they are what issue 27 is to change,
-// and on a loaded machine they vary.
+// key. The figures are not checked: they measure availability, which
+// varies on a loaded machine.
 func TestEveryFaultKeepsTheInvariants(t *testing.T) {
 	var out bytes.Buffer
 	o := options{

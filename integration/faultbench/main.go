@@ -40,7 +40,7 @@ import (
 const windowMS = 3_600_000
 
 // defaultTimeout is the sidecar's --redis-timeout unless -redis-timeout
-// says otherwise: issue 27's figures are taken with it.
+// says otherwise: the figures in docs/performance.md are taken with it.
 const defaultTimeout = 300 * time.Millisecond
 
 type options struct {

@@ -110,18 +110,18 @@ func (s *Server) LogStart(info StartInfo) {
 	policy.WarnIfEmpty(s.log, info.ConfigPath, s.Config())
 }
 
-// LogShutdown, LogForcedExit, LogShutdownTimeout and LogStopped report the
-// stages of a shutdown.
-func (s *Server) LogShutdown(reason string) {
+// logShutdown, logForcedExit, logShutdownTimeout and logStopped report the
+// stages of a shutdown (Run).
+func (s *Server) logShutdown(reason string) {
 	s.log.Info("shutting down", zap.String(keyReason, reason), zap.Int(keyConns, s.Conns()))
 }
 
-func (s *Server) LogForcedExit(signal string) {
+func (s *Server) logForcedExit(signal string) {
 	s.log.Warn("second signal: exiting now", zap.String(keyReason, signal))
 }
 
-func (s *Server) LogShutdownTimeout(err error) {
+func (s *Server) logShutdownTimeout(err error) {
 	s.log.Warn("shutdown timed out; unfinished requests were answered SHUTTING_DOWN", zap.Error(err))
 }
 
-func (s *Server) LogStopped() { s.log.Info("quotad stopped") }
+func (s *Server) logStopped() { s.log.Info("quotad stopped") }

@@ -83,7 +83,7 @@ func serve(c *cli.Context) error {
 	storeOpts := storeOptions(c)
 	storeOpts.Logger = log
 	cfgPath := c.String("config")
-	if err := errors.Join(opts.Validate(), storeOpts.Validate(), policy.CheckConfigPoll(c.Duration("config-poll"))); err != nil {
+	if err := errors.Join(opts.Validate(), storeOpts.Validate(), policy.ValidateConfigPoll(c.Duration("config-poll"))); err != nil {
 		return err
 	}
 	if c.Int("procs") < 0 {

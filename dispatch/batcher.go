@@ -143,7 +143,7 @@ func (b *batcher) send(batch []*Decision, calls []luascript.Call) []luascript.Ca
 func (b *batcher) keepSendable(batch []*Decision) []*Decision {
 	kept := batch[:0]
 	for _, dec := range batch {
-		if err := b.d.store.Check(dec.key); err != nil {
+		if err := b.d.store.Admit(dec.key); err != nil {
 			b.answer([]*Decision{dec}, err)
 			continue
 		}

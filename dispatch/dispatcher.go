@@ -232,7 +232,7 @@ func (d *Dispatcher) sendable(dec *Decision) error {
 	if err := d.sendableMulti(dec); err != nil {
 		return err
 	}
-	return d.store.Check(dec.key)
+	return d.store.Admit(dec.key)
 }
 
 // alone sends one call with its own deadline. Running out of it says

@@ -14,7 +14,7 @@
 //
 // # Adding an algorithm
 //
-//  1. Its shape and bounds in package limits (a Shape type with Check and
+//  1. Its shape and bounds in package limits (a Shape type with Validate and
 //     Quota), and its Lua scripts with their builders and parsers in
 //     luascript (see that package's doc).
 //  2. One Go file here implementing Algorithm: Name, Key, Call, Parse and

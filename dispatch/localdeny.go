@@ -82,9 +82,9 @@ func (d *localDeny) shard(key string) *denyShard {
 	return &d.shards[maphash.String(d.seed, key)%uint64(len(d.shards))]
 }
 
-// check answers dec, a take without request_id, from memory when its key
+// answer answers dec, a take without request_id, from memory when its key
 // is known to deny its cost under its config and limits.
-func (d *localDeny) check(dec *Decision, now time.Time) bool {
+func (d *localDeny) answer(dec *Decision, now time.Time) bool {
 	sh := d.shard(dec.key)
 	sh.mu.Lock()
 	e, ok := sh.m[dec.key]

@@ -41,28 +41,28 @@ func TestLocalDenyMemoryIsBounded(t *testing.T) {
 		t.Fatalf("%d entries after 10000 denials, want at most 64", n)
 	}
 	// The newest is remembered and answers; an acceptance forgets it.
-	if !d.check(denial("k9999", false, 0), now) {
+	if !d.answer(denial("k9999", false, 0), now) {
 		t.Fatal("the latest denial was forgotten")
 	}
 	record(denial("k9999", true, 60000))
-	if d.check(denial("k9999", false, 0), now) {
+	if d.answer(denial("k9999", false, 0), now) {
 		t.Fatal("a denial was remembered past an acceptance")
 	}
 	// An ended window answers nothing and is dropped.
 	record(denial("old", false, 10))
-	if d.check(denial("old", false, 0), now.Add(10*time.Millisecond)) {
+	if d.answer(denial("old", false, 0), now.Add(10*time.Millisecond)) {
 		t.Fatal("a window was denied locally after its end")
 	}
 	// Another shape, another config: not the same limits.
 	record(denial("shape", false, 60000))
 	other := denial("shape", false, 0)
 	other.limit.Shape = limits.Window{Limit: 2, WindowMS: 60000}
-	if d.check(other, now) {
+	if d.answer(other, now) {
 		t.Fatal("a denial answered a take under other limits")
 	}
 	other = denial("shape", false, 0)
 	other.cfg = &policy.Config{}
-	if d.check(other, now) {
+	if d.answer(other, now) {
 		t.Fatal("a denial answered a take under a reloaded config")
 	}
 }

@@ -24,8 +24,8 @@ const (
 	LogDecisionsAll    = "all"
 )
 
-// CheckLogDecisions validates a --log-decisions value.
-func CheckLogDecisions(v string) error {
+// ValidateLogDecisions validates a --log-decisions value.
+func ValidateLogDecisions(v string) error {
 	switch v {
 	case "", LogDecisionsNone, LogDecisionsDenied, LogDecisionsAll:
 		return nil

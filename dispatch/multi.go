@@ -227,7 +227,7 @@ func (d *Dispatcher) aloneOnOneNode(dec *Decision) {
 // limit, or of checks one of which (not a shadow one) is known to deny.
 func (d *Dispatcher) localDenied(dec *Decision) bool {
 	if dec.multi == nil {
-		if !d.deny.check(dec, dec.queued) {
+		if !d.deny.answer(dec, dec.queued) {
 			return false
 		}
 		dec.Out.applyShadow(dec.limit.Shadow)
@@ -240,7 +240,7 @@ func (d *Dispatcher) localDenied(dec *Decision) bool {
 			continue
 		}
 		one := d.checkDecision(dec, i)
-		if !d.deny.check(&one, dec.queued) {
+		if !d.deny.answer(&one, dec.queued) {
 			continue
 		}
 		o := &dec.Out

@@ -92,7 +92,7 @@ func (d *Dispatcher) steps(dec *Decision) {
 	}
 	for gi, g := range groups {
 		key := m.checks[g[0]].key
-		if err := d.store.Check(key); err != nil {
+		if err := d.store.Admit(key); err != nil {
 			fail(err)
 			return
 		}

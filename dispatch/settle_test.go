@@ -118,16 +118,16 @@ func TestADenialFromBeforeASettleIsNotRemembered(t *testing.T) {
 	d.forget("k") // a settle on k finished while the take was at Redis
 	hold, need := fixedWindow{}.DeniedFor(&dec.Out, 1)
 	d.record(dec, hold, need)
-	if d.check(dec, time.Now()) {
+	if d.answer(dec, time.Now()) {
 		t.Fatal("a denial found before a settle was remembered")
 	}
 	dec.denyGen = d.generation("k")
 	d.record(dec, hold, need)
-	if !d.check(dec, time.Now()) {
+	if !d.answer(dec, time.Now()) {
 		t.Fatal("a denial after the settle was not remembered")
 	}
 	d.forget("k")
-	if d.check(dec, time.Now()) {
+	if d.answer(dec, time.Now()) {
 		t.Fatal("a settle left the denial of its key")
 	}
 }

@@ -42,7 +42,7 @@ type CalendarPeriods struct {
 
 // CalendarAround computes the periods of c around now, for a subject
 // whose boundaries fall offset late (CalendarWindow.Offset). c must have
-// passed Check.
+// passed Validate.
 func CalendarAround(c limits.CalendarWindow, offset time.Duration, now time.Time) CalendarPeriods {
 	s1, e1 := c.Bounds(now.Add(-offset))
 	s0, _ := c.Bounds(s1.Add(-time.Nanosecond))
@@ -138,7 +138,7 @@ func CalendarTakeCall(a CalendarArgs) (Call, error) {
 	if a.Cost < 1 || a.Cost > a.Limit {
 		return Call{}, &Error{Code: CodeInvalid, Message: "cost must be an integer from 1 to the limit"}
 	}
-	if err := limits.CheckMaxRequestIDs(a.MaxRequestIDs); err != nil {
+	if err := limits.ValidateMaxRequestIDs(a.MaxRequestIDs); err != nil {
 		return Call{}, invalid(err)
 	}
 	if err := checkRequestID(a.RequestID, false); err != nil {
@@ -231,7 +231,7 @@ func validateCalendar(key string, limit int64, spec string, p CalendarPeriods) e
 	if key == "" {
 		return errEmptyKey
 	}
-	if err := limits.CheckLimit("limit", limit); err != nil {
+	if err := limits.ValidateLimit("limit", limit); err != nil {
 		return invalid(err)
 	}
 	if spec == "" || len(spec) > 128 {

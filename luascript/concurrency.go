@@ -32,9 +32,9 @@ type Leases struct {
 	LeaseMS int64 // how long a lease lives unless renewed, 1..MaxWindowMS
 }
 
-// Validate checks the bounds the scripts check (limits.CheckConcurrency).
+// Validate checks the bounds the scripts check (limits.ValidateConcurrency).
 func (l Leases) Validate() error {
-	return invalid(limits.CheckConcurrency(l.Limit, l.LeaseMS))
+	return invalid(limits.ValidateConcurrency(l.Limit, l.LeaseMS))
 }
 
 // LeaseArgs is one acquisition or renewal of the lease RequestID.

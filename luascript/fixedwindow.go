@@ -184,7 +184,7 @@ func validateTake(a TakeArgs) error {
 	if a.Cost < 1 || a.Cost > a.Limit {
 		return &Error{Code: CodeInvalid, Message: "cost must be an integer from 1 to the limit"}
 	}
-	if err := limits.CheckMaxRequestIDs(a.MaxRequestIDs); err != nil {
+	if err := limits.ValidateMaxRequestIDs(a.MaxRequestIDs); err != nil {
 		return invalid(err)
 	}
 	return checkRequestID(a.RequestID, false)
@@ -198,7 +198,7 @@ func validateWindow(key string, limit, windowMS int64) error {
 	if key == "" {
 		return errEmptyKey
 	}
-	return invalid(limits.CheckFixedWindow(limit, windowMS))
+	return invalid(limits.ValidateFixedWindow(limit, windowMS))
 }
 
 var errEmptyKey = &Error{Code: CodeInvalid, Message: "key must not be empty"}

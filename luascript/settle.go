@@ -157,7 +157,7 @@ func TokenBucketSettleCall(a TokenBucketSettleArgs) (Call, error) {
 	if err := a.Validate(); err != nil {
 		return Call{}, err
 	}
-	if err := limits.CheckDuration("dedupe_ms", a.DedupeMS); err != nil {
+	if err := limits.ValidateDuration("dedupe_ms", a.DedupeMS); err != nil {
 		return Call{}, invalid(err)
 	}
 	if err := validateSettle(a.Key, a.Cost, a.RequestID); err != nil {

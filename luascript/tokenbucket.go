@@ -29,16 +29,14 @@ type TokenBucket struct {
 }
 
 // RefillMS is how long an empty bucket takes to fill, rounded up to whole
-// milliseconds.
-func (b TokenBucket) RefillMS() int64 {
-	return (b.Burst*b.PeriodMS + b.Rate - 1) / b.Rate
-}
+// milliseconds (limits.Bucket.RefillMS).
+func (b TokenBucket) RefillMS() int64 { return limits.Bucket(b).RefillMS() }
 
-// Validate checks the bounds the scripts check (limits.CheckTokenBucket).
+// Validate checks the bounds the scripts check (limits.ValidateTokenBucket).
 // The refill time is bounded by MaxWindowMS, so every time a bucket stores
 // fits a key's TTL.
 func (b TokenBucket) Validate() error {
-	return invalid(limits.CheckTokenBucket(b.Rate, b.PeriodMS, b.Burst))
+	return invalid(limits.ValidateTokenBucket(b.Rate, b.PeriodMS, b.Burst))
 }
 
 // TokenBucketArgs is one decision on a token bucket.
@@ -189,10 +187,10 @@ func validateTokenBucketTake(a TokenBucketArgs) error {
 	if a.Cost < 1 || a.Cost > a.Burst {
 		return &Error{Code: CodeInvalid, Message: "cost must be an integer from 1 to the burst"}
 	}
-	if err := limits.CheckDuration("dedupe_ms", a.DedupeMS); err != nil {
+	if err := limits.ValidateDuration("dedupe_ms", a.DedupeMS); err != nil {
 		return invalid(err)
 	}
-	if err := limits.CheckMaxRequestIDs(a.MaxRequestIDs); err != nil {
+	if err := limits.ValidateMaxRequestIDs(a.MaxRequestIDs); err != nil {
 		return invalid(err)
 	}
 	return checkRequestID(a.RequestID, false)

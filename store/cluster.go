@@ -58,7 +58,7 @@ const slotCount = keyslot.Count
 //
 // rueidis routes each call by its own copy of the map, which it refreshes
 // after MOVED, CLUSTERDOWN or a failed connection, and every
-// routingRefresh, each time a random delay of up to a second later. Reading the map here as well lets Check refuse only the
+// routingRefresh, each time a random delay of up to a second later. Reading the map here as well lets Admit refuse only the
 // slots of a node that is down, and allow them again as soon as a node names
 // the promoted replica. The probe's PING of a dead master, and one more
 // when it loses its slots, fail to connect, which is what makes rueidis
@@ -106,7 +106,7 @@ type slotMap struct {
 type clusterNode struct {
 	addr string
 	breaker
-	downErr error       // what Check returns while the breaker is open
+	downErr error       // what Admit returns while the breaker is open
 	pinging atomic.Bool // a PING of the node is in flight
 }
 
@@ -154,8 +154,8 @@ func (s *Store) Nodes() []NodeHealth {
 	return out
 }
 
-// check is Store.Check on a Cluster.
-func (ch *clusterHealth) check(key string) error {
+// admit is Store.Admit on a Cluster.
+func (ch *clusterHealth) admit(key string) error {
 	if n := ch.slots.Load().slots[keyslot.Of(key)]; n != nil && n.health.Load() == healthDown {
 		return n.downErr
 	}

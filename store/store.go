@@ -37,7 +37,7 @@ const (
 // waiting out the timeout. Only the background probe closes it (see damper).
 //
 // On a Redis Cluster each node that owns slots has a breaker of its own
-// (cluster.go): Check refuses a request only when the node serving its key
+// (cluster.go): Admit refuses a request only when the node serving its key
 // is down, so a dead master stops its own slots and no others.
 type Store struct {
 	kind string
@@ -192,7 +192,7 @@ func (s *Store) ProbeInterval() time.Duration { return s.damper.every }
 // Client returns the rueidis client; ErrNotConnected before the first
 // connection. On a single server or Sentinel it returns ErrBreakerOpen
 // while Redis is down; on a Cluster only while no node that owns slots is
-// known to be up (Check tells about one key's node).
+// known to be up (Admit tells about one key's node).
 func (s *Store) Client() (rueidis.Client, error) {
 	c := s.client.Load()
 	if c == nil {
@@ -215,13 +215,13 @@ func (s *Store) Client() (rueidis.Client, error) {
 	return *c, nil
 }
 
-// Check reports whether a call on key may be sent: nil when the Redis that
+// Admit reports whether a call on key may be sent: nil when the Redis that
 // serves key is not known to be down. On a Cluster that is the node owning
 // key's slot, and the error (wrapping ErrBreakerOpen) names it; elsewhere it
 // is the one breaker. It costs a hash of the key and two atomic reads.
-func (s *Store) Check(key string) error {
+func (s *Store) Admit(key string) error {
 	if ch := s.cluster.Load(); ch != nil {
-		return ch.check(key)
+		return ch.admit(key)
 	}
 	if s.health.Load() == healthDown {
 		return ErrBreakerOpen
@@ -293,7 +293,7 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 		ch := newClusterHealth(s.log, every, s.timeout, routingRefresh(every))
 		ch.topologyLevel = s.topologyLevel
 		// The first slot map and node health before the client is
-		// published, so that Check never runs without them.
+		// published, so that Admit never runs without them.
 		ch.probe(ctx, c)
 		ch.pings.Wait()
 		s.cluster.Store(ch)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // keyNode is the log key of a Cluster node's address.
@@ -63,9 +64,10 @@ const slotCount = keyslot.Count
 // when it loses its slots, fail to connect, which is what makes rueidis
 // refresh its own map without waiting for a request to fail on it.
 type clusterHealth struct {
-	log     *zap.Logger
-	every   time.Duration // the probe interval: each owner's damping counts these
-	timeout time.Duration // bounds every read and PING
+	log           *zap.Logger
+	topologyLevel zapcore.Level // Store.topologyLevel
+	every         time.Duration // the probe interval: each owner's damping counts these
+	timeout       time.Duration // bounds every read and PING
 	// staleFor is how long after a slot changed owner rueidis may still
 	// route calls on it to the previous owner: its periodic refresh, the
 	// random delay before a refresh runs (up to 1s), and a call's deadline.
@@ -269,7 +271,7 @@ func (ch *clusterHealth) changed(n *clusterNode, changed, up bool, need int, err
 		return
 	}
 	if up {
-		ch.log.Info("redis node is up", zap.String(keyNode, n.addr))
+		ch.log.Log(ch.topologyLevel, "redis node is up", zap.String(keyNode, n.addr))
 	} else {
 		ch.readFast()
 		ch.log.Warn("redis node is down", zap.String(keyNode, n.addr), zap.Error(err), zap.Int(keyCloseProbes, need))
@@ -416,7 +418,7 @@ func (ch *clusterHealth) readSlots(ctx context.Context, nodes map[string]rueidis
 	ch.slots.Store(m)
 	ch.readFast()
 	ch.summarize()
-	ch.log.Info("redis cluster slot map changed", zap.Strings("owners", ownerAddrs(m.owners)))
+	ch.log.Log(ch.topologyLevel, "redis cluster slot map changed", zap.Strings("owners", ownerAddrs(m.owners)))
 	var fresh, gone []*clusterNode
 	for _, n := range m.owners {
 		if n.health.Load() == healthUnknown {

@@ -13,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"quotad/rawio"
 )
@@ -39,9 +40,14 @@ const (
 // (cluster.go): Check refuses a request only when the node serving its key
 // is down, so a dead master stops its own slots and no others.
 type Store struct {
-	kind   string
-	log    *zap.Logger
-	client atomic.Pointer[rueidis.Client]
+	kind string
+	log  *zap.Logger
+	// topologyLevel is the level of the lines that say Redis, or a Cluster
+	// node, is up and which nodes own the slots: info, but debug for the
+	// embedded store, one node in this process that answers as a Cluster
+	// and has no topology worth an operator's attention.
+	topologyLevel zapcore.Level
+	client        atomic.Pointer[rueidis.Client]
 	// breaker is the health of a single server or a Sentinel's master, and
 	// of the connection attempts before a Cluster is known.
 	breaker
@@ -125,6 +131,7 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	var copt rueidis.ClientOption
 	if opts.RedisURL == "" {
 		s.kind = StoreEmbedded
+		s.topologyLevel = zapcore.DebugLevel
 		s.embed = miniredis.NewMiniRedis()
 		s.embed.ClockTTL(true) // TTLs follow the wall clock, like a real Redis
 		if err := s.embed.StartAddr("127.0.0.1:0"); err != nil {
@@ -254,7 +261,7 @@ func (s *Store) logChange(changed, up bool, need int, err error) {
 		return
 	}
 	if up {
-		s.log.Info("redis is up")
+		s.log.Log(s.topologyLevel, "redis is up")
 	} else {
 		s.log.Warn("redis is down", zap.Error(err), zap.Int(keyCloseProbes, need))
 	}
@@ -284,6 +291,7 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 	}
 	if c.Mode() == rueidis.ClientModeCluster {
 		ch := newClusterHealth(s.log, every, s.timeout, routingRefresh(every))
+		ch.topologyLevel = s.topologyLevel
 		// The first slot map and node health before the client is
 		// published, so that Check never runs without them.
 		ch.probe(ctx, c)

@@ -33,7 +33,7 @@ func ValidateLogDecisions(v string) error {
 	return fmt.Errorf("--log-decisions %q: want none, denied or all", v)
 }
 
-// Log keys of the dispatcher's lines, documented in the README.
+// Log keys of the dispatcher's lines, documented in docs/operations.md.
 const (
 	keyOp          = "op"
 	keyAlgorithm   = "algorithm"

@@ -12,8 +12,9 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// Log keys. They are a public interface (people grep and jq them); the
-// README documents each one. Change them only with a note in the README.
+// Log keys. They are a public interface (people grep and jq them);
+// docs/operations.md documents each one. Change them only with a note
+// there.
 const (
 	keySocket      = "socket"
 	keyStore       = "store"

@@ -10,7 +10,7 @@ import (
 // Every check is its own member of both fields, in order; a skipped
 // check's state is unknown, so it is in RateLimit-Policy only; a degraded
 // take has no RateLimit field.
-func TestMultiHeaderFieldsRender(t *testing.T) {
+func TestCheckHeaderFieldsRender(t *testing.T) {
 	t.Parallel()
 	window := limits.Window{Limit: 10, WindowMS: 60000}
 	bucket := limits.Bucket{Rate: 10, PeriodMS: 1000, Burst: 20}
@@ -44,7 +44,7 @@ func TestMultiHeaderFieldsRender(t *testing.T) {
 			want: protocol.HeaderFields{Policy: `"user";q=10;w=60, "tenant";q=20;w=2`},
 		},
 	} {
-		if got := *tc.o.multiHeaderFields(); got != tc.want {
+		if got := *tc.o.headerFields(); got != tc.want {
 			t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
 		}
 	}
@@ -77,8 +77,7 @@ func TestUnappliedReportsTheStateAsItIs(t *testing.T) {
 // slot, in the order the slots first appear.
 func TestSlotGroups(t *testing.T) {
 	t.Parallel()
-	m := &multi{checks: []multiCheck{{key: "a{x}"}, {key: "b{y}"}, {key: "c{x}"}, {key: "{z}"}, {key: "{y}d"}}}
-	got := m.slotGroups()
+	got := slotGroups([]check{{key: "a{x}"}, {key: "b{y}"}, {key: "c{x}"}, {key: "{z}"}, {key: "{y}d"}})
 	want := [][]int{{0, 2}, {1, 4}, {3}}
 	if len(got) != len(want) {
 		t.Fatalf("groups %v, want %v", got, want)

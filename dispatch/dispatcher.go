@@ -189,36 +189,35 @@ func (d *Dispatcher) Prepare(req *protocol.Request, dec *Decision) (key string, 
 		dec.checks[0].req = req
 	}
 	for i := range dec.checks {
-		c, o := &dec.checks[i], dec.out(i)
-		if err := d.resolve(c.req, dec.cfg, &c.limit); err != nil {
-			return "", d.refuse(dec, dec.checkErr(i, err))
+		if err := d.prepareCheck(dec, i); err != nil {
+			d.end(dec, dec.checkErr(i, err))
+			return "", true
 		}
-		l := &c.limit
-		o.Op, o.Algorithm, o.Policy, o.Limit = c.req.Op, l.Algorithm.Name(), l.Policy, l.Shape.Quota()
-		o.Headers, o.Shape = req.Headers, l.Shape
-		c.key = l.Algorithm.Key(d.opts.KeyPrefix, l.Policy, c.req.Subject)
-		call, err := l.Algorithm.Call(c.req, l, c.key)
+	}
+	dec.call = dec.checks[0].call
+	if dec.listed() {
+		call, err := d.takeOfChecks(dec)
 		if err != nil {
-			return "", d.refuse(dec, dec.checkErr(i, err))
+			d.end(dec, err)
+			return "", true
 		}
-		c.call = call
+		dec.call = call
 	}
-	if !dec.listed() {
-		dec.call = dec.checks[0].call
-		return dec.key(), false
-	}
-	call, err := d.takeOfChecks(dec)
-	if err != nil {
-		return "", d.refuse(dec, err)
-	}
-	dec.call = call
 	return dec.key(), false
 }
 
-// refuse ends a decision Prepare refused.
-func (d *Dispatcher) refuse(dec *Decision, err error) bool {
-	d.end(dec, err)
-	return true
+// prepareCheck resolves check i of dec and builds its call.
+func (d *Dispatcher) prepareCheck(dec *Decision, i int) error {
+	c, o, l := &dec.checks[i], dec.out(i), &dec.checks[i].limit
+	if err := d.resolve(c.req, dec.cfg, l); err != nil {
+		return err
+	}
+	o.Op, o.Algorithm, o.Policy, o.Limit = c.req.Op, l.Algorithm.Name(), l.Policy, l.Shape.Quota()
+	o.Headers, o.Shape = dec.req.Headers, l.Shape
+	c.key = l.Algorithm.Key(d.opts.KeyPrefix, l.Policy, c.req.Subject)
+	var err error
+	c.call, err = l.Algorithm.Call(c.req, l, c.key)
+	return err
 }
 
 // resolve finds the limits req is decided against.

@@ -51,25 +51,23 @@ func (d *Dispatcher) route(dec *Decision) (route, error) {
 	if err != nil {
 		return 0, err
 	}
+	r := routeBatch
+	if _, own := d.deadline(dec.req, dec.queued); own {
+		r = routeAlone
+	}
 	// A routing client (a Cluster's, or the embedded store's) cannot send
 	// one script on keys of several slots.
-	split := dec.crossSlot && client.Mode() == rueidis.ClientModeCluster
-	embedded := d.store.Kind() == store.StoreEmbedded
-	if split && !embedded && dec.req.RequestID == "" {
-		return 0, errStepsNeedID
+	if dec.crossSlot && client.Mode() == rueidis.ClientModeCluster {
+		switch {
+		case d.store.Kind() == store.StoreEmbedded:
+			r = routeOneNode
+		case dec.req.RequestID == "":
+			return 0, errStepsNeedID
+		default:
+			r = routeSteps
+		}
 	}
-	if err := d.store.Check(dec.key()); err != nil {
-		return 0, err
-	}
-	switch _, own := d.deadline(dec.req, dec.queued); {
-	case split && embedded:
-		return routeOneNode, nil
-	case split:
-		return routeSteps, nil
-	case own:
-		return routeAlone, nil
-	}
-	return routeBatch, nil
+	return r, d.store.Check(dec.key())
 }
 
 // deadline is when a call that began waiting at from must be answered:

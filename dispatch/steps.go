@@ -69,20 +69,7 @@ func (d *Dispatcher) steps(dec *Decision, client rueidis.Client) {
 	groups := slotGroups(dec.checks)
 	var accepted [][]int
 	for gi, g := range groups {
-		key := dec.checks[g[0]].key
-		err := d.store.Check(key)
-		var call luascript.Call
-		if err == nil {
-			call, err = luascript.MultiTakeCall(dec.takes(g), dec.req.RequestID, dec.digest)
-		}
-		var ok bool
-		if err == nil {
-			ctx, cancel := d.depart(dec, time.Now())
-			res := call.Exec(ctx, client)
-			cancel()
-			ok, err = d.read(dec, g, res)
-			d.observe(key, err, &dec.trip)
-		}
+		ok, err := d.step(dec, client, g)
 		if err != nil {
 			d.giveBack(client, dec, accepted)
 			d.end(dec, err)
@@ -100,6 +87,24 @@ func (d *Dispatcher) steps(dec *Decision, client rueidis.Client) {
 		accepted = append(accepted, g)
 	}
 	d.conclude(dec)
+}
+
+// step takes the checks g of dec, whose keys share a slot, as one script
+// on their node, and reports whether every enforced one accepted.
+func (d *Dispatcher) step(dec *Decision, client rueidis.Client, g []int) (bool, error) {
+	key := dec.checks[g[0]].key
+	if err := d.store.Check(key); err != nil {
+		return false, err
+	}
+	call, err := luascript.MultiTakeCall(dec.takes(g), dec.req.RequestID, dec.digest)
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := d.depart(dec, time.Now())
+	defer cancel()
+	ok, err := d.read(dec, g, call.Exec(ctx, client))
+	d.observe(key, err, &dec.trip)
+	return ok, err
 }
 
 // giveBack gives back what the accepted groups' checks consumed in this

@@ -89,7 +89,7 @@ func (o *Outcome) headerFields() *protocol.HeaderFields {
 	}
 	var buf [protocol.MaxChecks]headerItem
 	items := buf[:0]
-	for i := range o.checkCount() {
+	for i := range max(len(o.Checks), 1) {
 		oc := o.check(i)
 		it := itemOf(oc)
 		it.unknown = oc.Skipped

@@ -69,14 +69,6 @@ func (o *Outcome) check(i int) *Outcome {
 	return &o.Checks[i]
 }
 
-// checkCount is how many checks o's request has: one without "checks".
-func (o *Outcome) checkCount() int {
-	if o.Checks == nil {
-		return 1
-	}
-	return len(o.Checks)
-}
-
 // fresh is o as Prepare left it: what it is about, nothing decided.
 func (o *Outcome) fresh() Outcome {
 	return Outcome{

@@ -147,6 +147,9 @@ type check struct {
 	// denyGen is the local denial's count of settles on the key's shard
 	// when a take ran: a denial found after a settle is not remembered.
 	denyGen uint64
+	// sent is when the call that answered the check was sent (a take in
+	// steps sends several): its local denial counts from here.
+	sent time.Time
 }
 
 // listed reports whether the request gave "checks": its reply has one
@@ -311,6 +314,7 @@ func (d *Dispatcher) read(dec *Decision, idx []int, res rueidis.RedisResult) (ac
 	accepted = true
 	for j, i := range idx {
 		c, o := &dec.checks[i], dec.out(i)
+		c.sent = dec.trip.sent
 		err := c.limit.Algorithm.Parse(c.req, &c.limit, replies[j], o)
 		if le, ok := err.(*luascript.Error); o.Healed || ok && le.Healed {
 			d.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, c.limit.Policy),

@@ -109,7 +109,7 @@ func (d *localDeny) check(dec *Decision, i int, now time.Time) bool {
 	return true
 }
 
-// record notes Redis's answer to check i of a take sent at dec.trip.sent,
+// record notes Redis's answer to check i of a take, sent at its sent,
 // before shadow mode: a denial that holds for hold, for costs of at least
 // need, is remembered; an acceptance forgets the key, whose remembered
 // state is now behind.
@@ -130,10 +130,9 @@ func (d *localDeny) record(dec *Decision, i int, hold time.Duration, need int64)
 	if _, ok := sh.m[c.key]; !ok && len(sh.m) >= d.max {
 		sh.evict(time.Now(), d.max)
 	}
-	sent := dec.trip.sent
 	sh.m[c.key] = denyEntry{
 		cfg: dec.cfg, shape: c.limit.Shape, need: need, used: o.Used,
-		reset: sent.Add(time.Duration(o.ResetMS) * time.Millisecond), until: sent.Add(hold),
+		reset: c.sent.Add(time.Duration(o.ResetMS) * time.Millisecond), until: c.sent.Add(hold),
 	}
 }
 

@@ -66,9 +66,9 @@ func TestLocalDenyMemoryIsBounded(t *testing.T) {
 // takeOfOne is a take of one fixed window check on key under shape, as
 // Prepare and a call sent at sent leave it, answered out.
 func takeOfOne(cfg *policy.Config, sent time.Time, key string, shape limits.Window, out Outcome) *Decision {
-	dec := &Decision{req: &protocol.Request{Op: protocol.OpTake, Cost: 1}, cfg: cfg, Out: out, trip: trip{sent: sent}}
+	dec := &Decision{req: &protocol.Request{Op: protocol.OpTake, Cost: 1}, cfg: cfg, Out: out}
 	dec.checks = dec.one[:]
-	dec.checks[0] = check{req: dec.req, key: key, limit: Limit{Algorithm: fixedWindow{}, Shape: shape}}
+	dec.checks[0] = check{req: dec.req, key: key, limit: Limit{Algorithm: fixedWindow{}, Shape: shape}, sent: sent}
 	return dec
 }
 

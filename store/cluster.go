@@ -191,11 +191,11 @@ func (ch *clusterHealth) lastError() error {
 // within ch.staleFor of the slot leaving an owner that is down (a
 // failover): rueidis may still have sent the call to the old owner, and
 // its failure must not stop the promoted replica.
-func (ch *clusterHealth) observe(key string, err error) {
+func (ch *clusterHealth) observe(key string, up bool, err error) {
 	m := ch.slots.Load()
 	slot := keyslot.Of(key)
 	n := m.slots[slot]
-	if err == nil || isRedisReply(err) {
+	if up {
 		if err != nil && mapIsStale(err) {
 			ch.stale.Store(true)
 		}
@@ -203,9 +203,6 @@ func (ch *clusterHealth) observe(key string, err error) {
 			ch.set(n, true, false, nil)
 		}
 		return
-	}
-	if errors.Is(err, context.Canceled) {
-		return // the caller gave up; says nothing about Redis
 	}
 	ch.stale.Store(true)
 	if addr := dialedAddr(err); addr != "" {

@@ -229,24 +229,35 @@ func (s *Store) Admit(key string) error {
 	return nil
 }
 
-// Observe records the outcome of a call on key: an answer from Redis (even
-// an error reply) means the Redis serving key is up; a transport error or
-// timeout means it is not. On a Cluster a failure to reach another node
+// Health is what the result of a call tells of the Redis that served it,
+// as its caller judged it.
+type Health int8
+
+const (
+	// HealthNone: nothing; the call was not sent, its caller gave up, or
+	// it had too little time at Redis for its running out to count.
+	HealthNone Health = iota
+	// HealthUp: Redis answered, even with an error reply.
+	HealthUp
+	// HealthDown: Redis did not answer a call that had time to.
+	HealthDown
+)
+
+// Observe records what a call on key found, h, with its error (nil for
+// none): an answer from Redis means the Redis serving key is up, and a
+// failure that it is not. On a Cluster an error reply that says the slot
+// map moved has the map read again, and a failure to reach another node
 // than key's slot owner (the client's slot map was older) counts against
 // that node.
-func (s *Store) Observe(key string, err error) {
+func (s *Store) Observe(key string, h Health, err error) {
+	if h == HealthNone {
+		return
+	}
 	if ch := s.cluster.Load(); ch != nil {
-		ch.observe(key, err)
+		ch.observe(key, h == HealthUp, err)
 		return
 	}
-	if err == nil || isRedisReply(err) {
-		s.setUp(true, false, nil)
-		return
-	}
-	if errors.Is(err, context.Canceled) {
-		return // the caller gave up; says nothing about Redis
-	}
-	s.setUp(false, false, err)
+	s.setUp(h == HealthUp, false, err)
 }
 
 // setUp moves the one breaker's health to up or down (see breaker.set) and

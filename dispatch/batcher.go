@@ -1,9 +1,7 @@
 package dispatch
 
 import (
-	"context"
 	"sync"
-	"time"
 
 	"quotad/luascript"
 )
@@ -107,32 +105,28 @@ func (b *batcher) send(batch []*Decision, calls []luascript.Call) []luascript.Ca
 	if batch = b.keepSendable(batch); len(batch) == 0 {
 		return calls
 	}
-	oldest := batch[0].queued
-	waited := time.Since(oldest)
-	if waited >= d.opts.RedisTimeout {
+	// The batch's deadline is its oldest decision's: none of them is
+	// answered later than its own.
+	ctx, cancel := d.depart(batch[0], batch[0].queued)
+	defer cancel()
+	if t := batch[0].trip; !t.sent.Before(t.deadline) {
 		// Their time ran out behind earlier batches: not sent, not run.
 		b.answer(batch, ErrWaitedTooLong)
 		return calls
 	}
-	ctx, cancel := context.WithDeadline(d.opts.Context, oldest.Add(d.opts.RedisTimeout))
-	defer cancel()
-	// A call left with less than half the deadline says little about
-	// Redis when it runs out; one with more does.
-	shortened := waited > d.opts.RedisTimeout/2
-	now := time.Now()
 	for _, dec := range batch {
-		dec.sent = now
+		dec.trip = batch[0].trip
 		calls = append(calls, dec.call)
 	}
 	d.metrics.batchSize.Observe(float64(len(batch)))
 	client = d.metrics.instrument(client)
 	if len(calls) == 1 {
-		d.complete(batch[0], calls[0].Exec(ctx, client), shortened)
+		d.complete(batch[0], calls[0].Exec(ctx, client))
 		return calls
 	}
 	res := luascript.ExecBatch(ctx, client, calls)
 	for i, dec := range batch {
-		d.complete(dec, res[i], shortened)
+		d.complete(dec, res[i])
 	}
 	return calls
 }
@@ -143,7 +137,7 @@ func (b *batcher) send(batch []*Decision, calls []luascript.Call) []luascript.Ca
 func (b *batcher) keepSendable(batch []*Decision) []*Decision {
 	kept := batch[:0]
 	for _, dec := range batch {
-		if err := b.d.store.Check(dec.key); err != nil {
+		if err := b.d.store.Admit(dec.key()); err != nil {
 			b.answer([]*Decision{dec}, err)
 			continue
 		}
@@ -156,7 +150,6 @@ func (b *batcher) keepSendable(batch []*Decision) []*Decision {
 // answer answers a batch, unsent, as Redis's failure err says.
 func (b *batcher) answer(batch []*Decision, err error) {
 	for _, dec := range batch {
-		b.d.undecided(dec, err)
-		b.d.finish(dec)
+		b.d.end(dec, err)
 	}
 }

@@ -98,58 +98,129 @@ func (d *Dispatcher) Healed() int64 { return d.healed.Load() }
 
 func (d *Dispatcher) shutting() bool { return d.opts.Draining() }
 
-// Decision is one take, peek or release on its way through the
+// Decision is one take, peek, release or settle on its way through the
 // dispatcher: Prepare resolves it, Run decides it, and Done is called once
 // Out holds the answer.
+//
+// A decision is decided against a list of checks: a request without
+// "checks" is a list of one, its own limits; a take with "checks" is one
+// check per element (checks.go). Every rule (the verdict, shadow mode,
+// on_unavailable, the local denial, metrics, the decision log, the header
+// fields) is written once, over the list. What differs is only the script
+// call: a lone check goes to Redis as its own script, several as one take
+// of all of them (route.go), and the reply's shape (Outcome.AppendReply).
 type Decision struct {
 	Out Outcome
 	// Done is called once, from whichever goroutine decided, when Out is
 	// final. It must not block.
 	Done func()
 
-	req    *protocol.Request
-	limit  Limit
-	key    string
-	cfg    *policy.Config // the config the request was resolved under
-	call   luascript.Call
-	multi  *multi    // a take of several limits (multi.go); nil for one
-	start  time.Time // when Prepare began, for the latency metric
-	queued time.Time // when Run began: the Redis deadline counts from here
-	sent   time.Time // when the call went to Redis, for the local denial
+	req *protocol.Request
+	cfg *policy.Config // the config the request was resolved under
+	// checks are what the request is decided against, in order; their
+	// outcomes are Out.check(i). For a request without "checks" it is one
+	// array's element, one, so a take of one limit allocates nothing.
+	checks []check
+	one    [1]check
+	// call is the decision's one script call: its lone check's own, or the
+	// take of all its checks (luascript.MultiTakeCall).
+	call luascript.Call
+	// digest names a take's set of checks in each check's request-id
+	// record, so that a retry with another set is CONFLICT ("" without a
+	// request_id, and for a lone check).
+	digest string
+	// crossSlot: the checks' keys are in several Redis Cluster hash
+	// slots, so that no one script can take them all (steps.go).
+	crossSlot bool
+	start     time.Time // when Prepare began, for the latency metric
+	queued    time.Time // when Run began: the Redis deadline counts from here
+	// trip is the timing of the decision's latest script call (route.go).
+	trip trip
+}
+
+// check is one limit a decision is decided against.
+type check struct {
+	req   *protocol.Request // the decision's request, or its element of Checks
+	limit Limit
+	key   string
+	call  luascript.Call // the check's own take, peek, release or settle
 	// denyGen is the local denial's count of settles on the key's shard
 	// when a take ran: a denial found after a settle is not remembered.
 	denyGen uint64
+	// sent is when the call that answered the check was sent (a take in
+	// steps sends several): its local denial counts from here.
+	sent time.Time
 }
 
-// Prepare resolves req's limits, checks that its algorithm can do it and
-// builds its script call. It reports the Redis key the decision is about.
-// decided is true when the request is refused (Out holds the error and
-// Done was called): then dec must not be touched, and Run not called.
+// listed reports whether the request gave "checks": its reply has one
+// member per check.
+func (dec *Decision) listed() bool { return dec.Out.Checks != nil }
+
+// out is the outcome of check i.
+func (dec *Decision) out(i int) *Outcome { return dec.Out.check(i) }
+
+// key is the Redis key the decision's script call is routed by: its first
+// check's.
+func (dec *Decision) key() string { return dec.checks[0].key }
+
+// AppendKeys appends to dst the Redis keys dec decides on, one per check,
+// for the same-key order.
+func (dec *Decision) AppendKeys(dst []string) []string {
+	for i := range dec.checks {
+		dst = append(dst, dec.checks[i].key)
+	}
+	return dst
+}
+
+// Prepare resolves req's limits, checks that their algorithms can do it
+// and builds its script call. It reports the Redis key the decision is
+// routed by. decided is true when the request is refused (Out holds the
+// error and Done was called): then dec must not be touched, and Run not
+// called.
 func (d *Dispatcher) Prepare(req *protocol.Request, dec *Decision) (key string, decided bool) {
-	*dec = Decision{Done: dec.Done, req: req, start: time.Now(), Out: Outcome{Op: req.Op}}
+	*dec = Decision{Done: dec.Done, req: req, start: time.Now(), Out: Outcome{Op: req.Op, Headers: req.Headers}}
 	d.metrics.inflight.Inc()
-	cfg := d.cfg.Load()
-	dec.cfg = cfg
-	if len(req.Checks) > 0 {
-		return d.prepareMulti(req, dec)
+	dec.cfg = d.cfg.Load()
+	if n := len(req.Checks); n > 0 {
+		dec.checks = make([]check, n)
+		dec.Out.Checks = make([]Outcome, n)
+		for i := range dec.checks {
+			dec.checks[i].req = &req.Checks[i]
+		}
+	} else {
+		dec.checks = dec.one[:]
+		dec.checks[0].req = req
 	}
-	if err := d.resolve(req, cfg, &dec.limit); err != nil {
-		d.fail(&dec.Out, err)
-		d.finish(dec)
-		return "", true
+	for i := range dec.checks {
+		if err := d.prepareCheck(dec, i); err != nil {
+			d.end(dec, dec.checkErr(i, err))
+			return "", true
+		}
 	}
-	l := &dec.limit
-	dec.Out.Algorithm, dec.Out.Policy, dec.Out.Limit = l.Algorithm.Name(), l.Policy, l.Shape.Quota()
-	dec.Out.Headers, dec.Out.Shape = req.Headers, l.Shape
-	dec.key = l.Algorithm.Key(d.opts.KeyPrefix, l.Policy, req.Subject)
-	call, err := l.Algorithm.Call(req, l, dec.key)
-	if err != nil {
-		d.fail(&dec.Out, err)
-		d.finish(dec)
-		return "", true
+	dec.call = dec.checks[0].call
+	if dec.listed() {
+		call, err := d.takeOfChecks(dec)
+		if err != nil {
+			d.end(dec, err)
+			return "", true
+		}
+		dec.call = call
 	}
-	dec.call = call
-	return dec.key, false
+	return dec.key(), false
+}
+
+// prepareCheck resolves check i of dec and builds its call.
+func (d *Dispatcher) prepareCheck(dec *Decision, i int) error {
+	c, o, l := &dec.checks[i], dec.out(i), &dec.checks[i].limit
+	if err := d.resolve(c.req, dec.cfg, l); err != nil {
+		return err
+	}
+	o.Op, o.Algorithm, o.Policy, o.Limit = c.req.Op, l.Algorithm.Name(), l.Policy, l.Shape.Quota()
+	o.Headers, o.Shape = dec.req.Headers, l.Shape
+	c.key = l.Algorithm.Key(d.opts.KeyPrefix, l.Policy, c.req.Subject)
+	var err error
+	c.call, err = l.Algorithm.Call(c.req, l, c.key)
+	return err
 }
 
 // resolve finds the limits req is decided against.
@@ -182,105 +253,109 @@ func (d *Dispatcher) resolve(req *protocol.Request, cfg *policy.Config, l *Limit
 }
 
 // Run decides a prepared decision: from the local denial when it can, or
-// by sending its call to Redis in the next batch. Done is called when it
-// is decided, possibly before Run returns.
+// by sending its call to Redis (route.go). Done is called when it is
+// decided, possibly before Run returns.
 func (d *Dispatcher) Run(dec *Decision) {
 	dec.queued = time.Now()
 	req := dec.req
 	switch req.Op {
 	case protocol.OpSettle:
-		d.deny.forget(dec.key)
+		d.deny.forget(dec.key())
 	case protocol.OpTake:
-		dec.denyGen = d.deny.generation(dec.key)
-		if dec.multi != nil {
-			for i := range dec.multi.checks {
-				c := &dec.multi.checks[i]
-				c.denyGen = d.deny.generation(c.key)
-			}
+		for i := range dec.checks {
+			c := &dec.checks[i]
+			c.denyGen = d.deny.generation(c.key)
+		}
+		if req.RequestID == "" && d.localDenied(dec) {
+			// Known to be denied: this answer holds while Redis is down too.
+			d.metrics.localDenials.Inc()
+			d.finish(dec)
+			return
 		}
 	}
-	if req.Op == protocol.OpTake && req.RequestID == "" && d.localDenied(dec) {
-		// Known to be denied: this answer holds while Redis is down too.
-		d.metrics.localDenials.Inc()
-		d.finish(dec)
-		return
-	}
-	if err := d.sendable(dec); err != nil {
-		d.undecided(dec, err)
-		d.finish(dec)
-		return
-	}
-	if d.oneNode(dec) {
-		go d.runOnOneNodeOrSteps(dec)
-		return
-	}
-	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < d.opts.RedisTimeout {
-		// A deadline of its own: it would shorten a batch's.
-		go d.alone(dec, t)
-		return
-	}
-	d.batch.submit(dec)
+	d.send(dec)
 }
 
-// sendable is nil when dec may be sent: the store is connected and the
-// breaker of the Redis node that serves its key (on a Cluster; else of
-// Redis) is closed.
-func (d *Dispatcher) sendable(dec *Decision) error {
-	if _, err := d.store.Client(); err != nil {
-		return err
-	}
-	if err := d.sendableMulti(dec); err != nil {
-		return err
-	}
-	return d.store.Check(dec.key)
-}
-
-// alone sends one call with its own deadline. Running out of it says
-// nothing about Redis's health: the caller chose it.
-func (d *Dispatcher) alone(dec *Decision, timeout time.Duration) {
-	client, err := d.store.Client()
+// complete answers dec from the reply res to its call.
+func (d *Dispatcher) complete(dec *Decision, res rueidis.RedisResult) {
+	_, err := d.read(dec, allChecks[:len(dec.checks)], res)
+	d.observe(dec.key(), err, &dec.trip)
 	if err != nil {
-		d.undecided(dec, err)
-		d.finish(dec)
+		d.end(dec, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(d.opts.Context, timeout)
-	defer cancel()
-	dec.sent = time.Now()
-	d.complete(dec, dec.call.Exec(ctx, d.metrics.instrument(client)), true)
+	d.conclude(dec)
 }
 
-// complete answers dec from its call's result.
-func (d *Dispatcher) complete(dec *Decision, res rueidis.RedisResult, shortened bool) {
-	if dec.multi != nil {
-		d.completeMulti(dec, res, shortened)
-		return
+// allChecks are the indexes of every check of a decision, up to
+// limits.MaxChecks.
+var allChecks = func() (idx [limits.MaxChecks]int) {
+	for i := range idx {
+		idx[i] = i
 	}
-	l, o := &dec.limit, &dec.Out
-	err := l.Algorithm.Parse(dec.req, l, res, o)
-	d.observe(dec.key, err, shortened)
-	if le, ok := err.(*luascript.Error); o.Healed || ok && le.Healed {
-		d.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, l.Policy),
-			zap.String(keyKey, dec.key), zap.Int64(keyHealedTotal, d.healed.Add(1)))
+	return idx
+}()
+
+// read reads res, Redis's reply to the call of dec's checks idx (all of
+// them, or one step's, steps.go), into their outcomes. It reports whether
+// every check among them that is not a shadow one accepted.
+func (d *Dispatcher) read(dec *Decision, idx []int, res rueidis.RedisResult) (accepted bool, err error) {
+	var one [1]rueidis.RedisResult
+	replies, applied := one[:], true
+	if dec.listed() {
+		r, err := luascript.ParseMultiTake(res, len(idx))
+		if err != nil {
+			return false, err
+		}
+		replies, applied = r.Checks, r.Applied
+	} else {
+		one[0] = res
 	}
-	if err != nil {
-		d.undecided(dec, err)
-		d.finish(dec)
-		return
+	accepted = true
+	for j, i := range idx {
+		c, o := &dec.checks[i], dec.out(i)
+		c.sent = dec.trip.sent
+		err := c.limit.Algorithm.Parse(c.req, &c.limit, replies[j], o)
+		if le, ok := err.(*luascript.Error); o.Healed || ok && le.Healed {
+			d.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, c.limit.Policy),
+				zap.String(keyKey, c.key), zap.Int64(keyHealedTotal, d.healed.Add(1)))
+		}
+		if err != nil {
+			return false, dec.checkErr(i, err)
+		}
+		accepted = accepted && (c.limit.Shadow || o.Allowed)
 	}
-	if o.Op == protocol.OpTake {
-		hold, need := l.Algorithm.DeniedFor(o, dec.req.Cost)
-		d.deny.record(dec, hold, need)
-		o.applyShadow(l.Shadow)
+	if dec.listed() && accepted != applied {
+		return false, malformedReply("take of checks: applied " + strconv.FormatBool(applied) +
+			" but the checks' verdicts say " + strconv.FormatBool(accepted))
+	}
+	return accepted, nil
+}
+
+// conclude answers dec once Redis answered its checks (but those
+// skipped): a take's answers feed the local denial of their keys, shadow
+// mode turns each, and the take's verdict is written over them.
+func (d *Dispatcher) conclude(dec *Decision) {
+	if dec.Out.Op == protocol.OpTake {
+		for i := range dec.checks {
+			c, o := &dec.checks[i], dec.out(i)
+			if o.Skipped {
+				continue
+			}
+			hold, need := c.limit.Algorithm.DeniedFor(o, c.req.Cost)
+			d.deny.record(dec, i, hold, need)
+			o.applyShadow(c.limit.Shadow)
+		}
+		dec.verdict()
 	}
 	d.finish(dec)
 }
 
 // finish counts a decided request and hands it back.
 func (d *Dispatcher) finish(dec *Decision) {
-	if dec.Out.Op == protocol.OpSettle && dec.key != "" {
+	if dec.Out.Op == protocol.OpSettle && dec.key() != "" {
 		// Applied or maybe applied: what a denial said may no longer hold.
-		d.deny.forget(dec.key)
+		d.deny.forget(dec.key())
 	}
 	d.metrics.observe(dec)
 	dec.Done()

@@ -1,8 +1,8 @@
 // Package dispatch decides takes, peeks, releases and settles: it resolves a
 // request's limits (a named policy from the config, or the request's
-// inline limits), hands the decision to the request's algorithm, sends the
-// algorithm's script call to Redis in a batch shared by every connection,
-// and returns a typed Outcome that the connection renders once.
+// inline limits), hands the decision to the limits' algorithms, sends the
+// decision's one script call to Redis, and returns a typed Outcome that
+// the connection renders once.
 //
 // It never decides quota itself: every decision is one Lua script in Redis
 // (package luascript), so that concurrent callers in any number of pods
@@ -12,34 +12,69 @@
 // the policy's on_unavailable says so: the caller gets UNAVAILABLE and the
 // outcome is unknown.
 //
+// # A decision
+//
+// A Decision is decided against a list of checks: a request without
+// "checks" is a list of one (its own limits), a take with "checks" one
+// check per element. A take of one limit is a take of one check, and
+// every rule is written once, over the list (checks.go):
+//
+//   - Prepare resolves each check's limits, has its Algorithm build its
+//     call, and builds the decision's one script call: a lone check's own,
+//     or the take of all the checks (luascript.MultiTakeCall).
+//   - Run answers a take from the local denial when it can
+//     (localDenied), or sends the call by the route that route chooses
+//     (route.go): in the shared batch (batcher.go), alone under the
+//     request's shorter timeout_ms, whole on the embedded store's one
+//     node, or in steps across a Redis Cluster's nodes (steps.go). deadline
+//     is the one place a call's deadline is computed; each call records
+//     its timing (trip), from which a timeout is judged.
+//   - complete reads the reply into each check's Outcome through its
+//     Algorithm (read), and conclude feeds the local denial, applies
+//     shadow mode and writes the take's verdict over the checks (verdict).
+//   - Every failure ends in end: classify (failure.go) is the one place an
+//     error becomes its wire code, its metric label and what the breaker
+//     learns, and undecided applies on_unavailable.
+//   - finish counts the decision (metrics.go: one series per check) and
+//     logs it; the reply's header fields have one member per check
+//     (headers.go).
+//
+// A lone check's Outcome is the decision's Outcome itself (Outcome.check),
+// so a request without "checks" gets the reply of a take of one limit; a
+// take with "checks" gets one member per check.
+//
 // # Adding an algorithm
 //
-//  1. Its shape and bounds in package limits (a Shape type with Check and
+//  1. Its shape and bounds in package limits (a Shape type with Validate and
 //     Quota), and its Lua scripts with their builders and parsers in
-//     luascript (see that package's doc).
+//     luascript (see that package's doc), including its take's body among
+//     those a take of several checks runs (multiBodies) and gives back
+//     (multitake_giveback.lua).
 //  2. One Go file here implementing Algorithm: Name, Key, Call, Parse and
 //     DeniedFor (return 0 when a denial says nothing about the next take).
 //     To settle its takes, a settleCall and a settleParse method (the
 //     settler interface, settle.go); without them a settle of it is
-//     INVALID.
+//     INVALID. When its state recovers while a denial holds (a bucket
+//     refills), a localState method (localStater, localdeny.go).
 //  3. One line in the algorithms registry (algorithm.go).
 //  4. Its inline fields in protocol (algorithm.go: InlineShape and the
 //     fields it accepts) and its policy fields in package policy
 //     (Policy.Shape), each with their tests.
-//  5. Tests against a real redis-server: its scripts in luascript, its
-//     decisions here or through a sidecar in package sidecar.
+//  5. Its inline limits in inlineOf (algorithm_test.go), for the test that
+//     every registered algorithm takes, peeks, takes beside another in a
+//     take of several checks, settles or refuses to, and renders header
+//     fields; and tests of its own against a real redis-server: its
+//     scripts in luascript, its decisions here or through a sidecar in
+//     package sidecar.
 //  6. What its RateLimit header fields say (headers.go): without more, a
 //     decision renders the generic parameters, q (the shape's Quota), r
 //     (remaining) and t (reset_ms in seconds). An algorithm with a window
 //     or a unit adds a headerItem(limits.Shape, *Outcome) headerItem
 //     method that starts from genericItem and sets w, qu, or drops t;
-//     fixedwindow's, tokenbucket's and concurrency's are in headers.go.
-//     A decision of several limits renders one list member per limit
-//     with renderHeaders.
+//     fixedwindow's, tokenbucket's, concurrency's and slidingwindow's are
+//     in headers.go.
 //
 // Batching, deadlines, the breaker, the local denial, shadow mode,
-// on_unavailable, the metrics and the decision log then work for it
-// through the interface, and so does a take of several limits
-// (multi.go), whose checks may be of any algorithm whose take script is
-// in luascript's multiBodies.
+// on_unavailable, the metrics, the decision log and a take of several
+// checks then work for it through the interface.
 package dispatch

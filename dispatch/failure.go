@@ -31,123 +31,167 @@ func malformedReply(msg string) error {
 	return &luascript.Error{Code: luascript.CodeMalformedReply, Message: msg}
 }
 
-// fail makes o the error answer to a call that failed with err. Only a
-// typed script error is a definite answer; a timeout or a lost connection
-// leaves the outcome of a take unknown, and the message says so.
-func (d *Dispatcher) fail(o *Outcome, err error) {
-	unknown := ""
-	if o.Op == protocol.OpTake || o.Op == protocol.OpSettle {
-		unknown = ": the outcome is unknown; retry with the same request_id"
+// failure is what an error means to each that reads it: the reply, the
+// metrics, the log and the breaker. classify is the one place that says.
+type failure struct {
+	code    protocol.Code // the reply's error code
+	message string
+	// unknown: the call may have run, so a take's or settle's reply says
+	// that its outcome is unknown.
+	unknown bool
+	// kind is the error's quotad_redis_errors_total label: timeout,
+	// connection or refused; "" when it is no Redis command's failure.
+	kind string
+	// health is what the breaker of the Redis that serves the call's key
+	// learns: up when Redis answered (even with an error reply), down when
+	// it did not answer a call that had time at Redis, none when the
+	// call says nothing of Redis (not sent, or given up by its caller).
+	health store.Health
+	// logged is the error log line of an error that is the operator's
+	// business (INTERNAL); "" for the client's.
+	logged string
+}
+
+// unknownOutcome ends the message of a take or settle that may have run.
+const unknownOutcome = ": the outcome is unknown; retry with the same request_id"
+
+// classify says what err, the error of a decision or of one Redis command,
+// means. t is the timing of the script call that failed (nil when none
+// was sent): only a call that had time at Redis and still did not answer
+// counts against Redis's health (trip.fair). Only a typed script error
+// is a definite answer; a timeout or a lost connection leaves the outcome
+// of a take unknown.
+func (d *Dispatcher) classify(err error, t *trip) failure {
+	if err == nil {
+		return failure{health: store.HealthUp}
 	}
 	if pe, ok := errors.AsType[*protocol.Error](err); ok {
-		o.fail(pe.Code, pe.Message)
-		return
+		return failure{code: pe.Code, message: pe.Message}
 	}
 	if errors.Is(err, luascript.ErrMalformedReply) {
-		d.log.Error("malformed script reply", zap.Error(err), zap.Stringer(keyOp, o.Op))
-		o.fail(protocol.CodeInternal, err.Error()+unknown)
-		return
+		return failure{code: protocol.CodeInternal, message: err.Error(), unknown: true, health: store.HealthUp, logged: "malformed script reply"}
 	}
 	if le, ok := errors.AsType[*luascript.Error](err); ok {
 		switch code := protocol.Code(le.Code); code {
 		case protocol.CodeInvalid, protocol.CodeConflict, protocol.CodePolicy, protocol.CodeWrongType, protocol.CodeRequestIDsFull:
-			o.fail(code, le.Message)
-			return
+			return failure{code: code, message: le.Message, health: store.HealthUp}
 		}
-		d.log.Error("unexpected script error", zap.Error(err), zap.Stringer(keyOp, o.Op))
-		o.fail(protocol.CodeInternal, err.Error())
-		return
+		return failure{code: protocol.CodeInternal, message: err.Error(), health: store.HealthUp, logged: "unexpected script error"}
 	}
 	switch {
 	case errors.Is(err, errClosed):
-		o.fail(protocol.CodeShuttingDown, err.Error())
+		return failure{code: protocol.CodeShuttingDown, message: err.Error()}
 	case errors.Is(err, context.Canceled) && d.shutting():
-		o.fail(protocol.CodeShuttingDown, "the sidecar shut down before redis answered"+unknown)
+		return failure{code: protocol.CodeShuttingDown, message: "the sidecar shut down before redis answered", unknown: true}
 	case errors.Is(err, context.DeadlineExceeded):
-		o.fail(protocol.CodeUnavailable, "redis did not answer in time"+unknown)
+		f := failure{code: protocol.CodeUnavailable, message: "redis did not answer in time", unknown: true, kind: "timeout"}
+		if t != nil && d.fair(t) {
+			f.health = store.HealthDown
+		}
+		return f
 	case errors.Is(err, store.ErrNotConnected), errors.Is(err, ErrWaitedTooLong):
-		o.fail(protocol.CodeUnavailable, err.Error()+": the request was not run")
+		return failure{code: protocol.CodeUnavailable, message: err.Error() + ": the request was not run"}
 	case errors.Is(err, store.ErrBreakerOpen):
 		// On a Cluster the message names the node that is down.
-		o.fail(protocol.CodeUnavailable, err.Error())
+		return failure{code: protocol.CodeUnavailable, message: err.Error()}
 	case isRedisReply(err):
 		msg := redisMessage(err)
 		if strings.HasPrefix(msg, "OOM") {
 			// The script's first write is refused before anything is
 			// written, so the outcome is known.
-			o.fail(protocol.CodeUnavailable, "redis is out of memory (maxmemory): nothing was written: "+msg)
-			return
+			return failure{code: protocol.CodeUnavailable, message: "redis is out of memory (maxmemory): nothing was written: " + msg,
+				kind: "refused", health: store.HealthUp}
 		}
 		for _, p := range transientReplies {
 			if strings.HasPrefix(msg, p) {
-				o.fail(protocol.CodeUnavailable, "redis refused the request: "+msg)
-				return
+				return failure{code: protocol.CodeUnavailable, message: "redis refused the request: " + msg, kind: "refused", health: store.HealthUp}
 			}
 		}
 		if strings.HasPrefix(msg, "WRONGTYPE") {
-			o.fail(protocol.CodeWrongType, msg)
-			return
+			return failure{code: protocol.CodeWrongType, message: msg, health: store.HealthUp}
 		}
-		d.log.Error("unexpected redis error", zap.Error(err), zap.Stringer(keyOp, o.Op))
-		o.fail(protocol.CodeInternal, "redis: "+msg)
-	default:
-		o.fail(protocol.CodeUnavailable, fmt.Sprintf("redis unreachable (%v)%s", err, unknown))
+		return failure{code: protocol.CodeInternal, message: "redis: " + msg, health: store.HealthUp, logged: "unexpected redis error"}
 	}
+	f := failure{code: protocol.CodeUnavailable, message: fmt.Sprintf("redis unreachable (%v)", err), unknown: true}
+	if !errors.Is(err, context.Canceled) {
+		// A caller that gave up says nothing about Redis.
+		f.kind, f.health = "connection", store.HealthDown
+	}
+	return f
+}
+
+// fair reports whether a call had time enough at Redis for its running
+// out to say that Redis is slow: its deadline was --redis-timeout's, not a
+// request's shorter one, and at least half of it was left when the call
+// was sent (a call that waited behind earlier batches may have had less).
+func (d *Dispatcher) fair(t *trip) bool {
+	return !t.own && t.deadline.Sub(t.sent) >= d.opts.RedisTimeout/2
+}
+
+// fail makes o the error answer to err.
+func (d *Dispatcher) fail(o *Outcome, err error) {
+	f := d.classify(err, nil)
+	if f.logged != "" {
+		d.log.Error(f.logged, zap.Error(err), zap.Stringer(keyOp, o.Op))
+	}
+	msg := f.message
+	if f.unknown && (o.Op == protocol.OpTake || o.Op == protocol.OpSettle) {
+		msg += unknownOutcome
+	}
+	o.fail(f.code, msg)
+}
+
+// end answers dec, which Redis did not decide, with err, and hands it
+// back: every failure of a decision ends here.
+func (d *Dispatcher) end(dec *Decision, err error) {
+	d.undecided(dec, err)
+	d.finish(dec)
 }
 
 // undecided answers a request that Redis did not decide: fail's answer,
-// which a take of a policy with on_unavailable allow or deny turns, when it
-// is UNAVAILABLE (whatever its cause: not connected, the breaker, a
-// timeout, a refusal), into a take marked degraded. The config in force
-// when the request was resolved decides the policy's mode.
+// which a take whose checks' policies all say on_unavailable allow or deny
+// turns, when it is UNAVAILABLE (whatever its cause: not connected, the
+// breaker, a timeout, a refusal), into a take marked degraded, each check
+// as its policy says. The config in force when the request was resolved
+// decides the policies' modes.
 func (d *Dispatcher) undecided(dec *Decision, err error) {
-	if dec.multi != nil {
-		d.undecidedMulti(dec, err)
-		return
-	}
 	o := &dec.Out
 	d.fail(o, err)
-	l := &dec.limit
-	if o.Op != protocol.OpTake || o.Code != protocol.CodeUnavailable ||
-		l.OnUnavailable == "" || l.OnUnavailable == policy.OnUnavailableError {
+	if o.Op != protocol.OpTake || o.Code != protocol.CodeUnavailable {
 		return
 	}
-	// Nothing is known of the state: the answer counts nothing as used.
-	*o = Outcome{
-		Op: o.Op, Algorithm: o.Algorithm, Policy: o.Policy, Limit: o.Limit, Remaining: o.Limit, Degraded: true,
-		Headers: o.Headers, Shape: o.Shape,
+	for i := range dec.checks {
+		switch dec.checks[i].limit.OnUnavailable {
+		case policy.OnUnavailableAllow, policy.OnUnavailableDeny:
+		default:
+			return
+		}
 	}
-	if l.OnUnavailable == policy.OnUnavailableAllow {
-		o.Allowed = true
-	} else {
-		// The earliest the sidecar may know more: its next probe of Redis.
-		o.RetryAfterMS = max(d.store.ProbeInterval().Milliseconds(), 1)
+	o.Code, o.Message, o.Degraded = "", "", true
+	// The earliest the sidecar may know more: its next probe of Redis.
+	retry := max(d.store.ProbeInterval().Milliseconds(), 1)
+	for i := range dec.checks {
+		l, oc := &dec.checks[i].limit, dec.out(i)
+		// Nothing is known of the state: the answer counts nothing as used.
+		*oc = oc.fresh()
+		oc.Remaining, oc.Degraded = oc.Limit, true
+		oc.Allowed = l.OnUnavailable == policy.OnUnavailableAllow
+		if !oc.Allowed {
+			oc.RetryAfterMS = retry
+		}
+		// A shadow policy still never refuses: its degraded verdict goes
+		// to shadow_allowed like a real one.
+		oc.applyShadow(l.Shadow)
 	}
-	// A shadow policy still never refuses: its degraded verdict goes to
-	// shadow_allowed like a real one.
-	o.applyShadow(l.Shadow)
+	dec.verdict()
 }
 
-// observe feeds the outcome of a call on key to the store's health (on a
-// Cluster, the health of the node that serves key): a typed script error
-// is an answer from Redis, and a deadline the caller shortened with
-// timeout_ms is not evidence that Redis is down.
-func (d *Dispatcher) observe(key string, err error, shortened bool) {
-	switch {
-	case err == nil:
-	case isScriptError(err):
-		err = nil
-	case shortened && errors.Is(err, context.DeadlineExceeded):
-		return
+// observe feeds the result of a call on key, at the timing t, to the
+// store's health (on a Cluster, the health of the node that serves key).
+func (d *Dispatcher) observe(key string, err error, t *trip) {
+	if h := d.classify(err, t).health; h != store.HealthNone {
+		d.store.Observe(key, h, err)
 	}
-	d.store.Observe(key, err)
-}
-
-// isScriptError reports whether err is a script's typed error, found
-// without the allocation errors.As makes.
-func isScriptError(err error) bool {
-	_, ok := errors.AsType[*luascript.Error](err)
-	return ok
 }
 
 // isRedisReply reports whether err is an error reply from Redis itself, as

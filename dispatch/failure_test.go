@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"quotad/limits"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
 	"quotad/store"

@@ -42,9 +42,10 @@ type headerItem struct {
 	// it: the draft's default unit, requests).
 	quota, windowS int64
 	unit           string
-	// RateLimit: r, and t in seconds when hasReset.
+	// RateLimit: r, and t in seconds when hasReset; no member when
+	// unknown (a check that was not asked).
 	remaining, resetS int64
-	hasReset          bool
+	hasReset, unknown bool
 }
 
 // headerItemer is implemented by an algorithm whose header fields say more
@@ -79,27 +80,36 @@ func itemOf(o *Outcome) headerItem {
 // seconds is ms in whole seconds, rounded up.
 func seconds(ms int64) int64 { return (max(ms, 0) + 999) / 1000 }
 
-// headerFields renders o's header fields; nil when o's request did not ask
-// for them or o is an error.
+// headerFields renders o's header fields, one list member per check; nil
+// when o's request did not ask for them or o is an error. A degraded
+// answer has no RateLimit field: nothing is known of the state.
 func (o *Outcome) headerFields() *protocol.HeaderFields {
 	if !o.Headers || o.Failed() || o.Op == protocol.OpRelease {
 		return nil
 	}
+	var buf [limits.MaxChecks]headerItem
+	items := buf[:0]
+	for i := range max(len(o.Checks), 1) {
+		oc := o.check(i)
+		it := itemOf(oc)
+		it.unknown = oc.Skipped
+		items = append(items, it)
+	}
 	denied := o.Op == protocol.OpTake && !o.Allowed
-	return renderHeaders([]headerItem{itemOf(o)}, denied, o.RetryAfterMS, !o.Degraded)
+	return renderHeaders(items, denied, o.RetryAfterMS, !o.Degraded)
 }
 
 // renderHeaders writes the fields of a decision of one or more limits, one
-// list member each, in order. denied adds Retry-After, rounded up from
-// retryAfterMS; the draft asks that Retry-After not point before the end of
-// a member's t, so a denial's t is at most Retry-After. withState false
-// leaves out the RateLimit field.
+// list member each, in order (in RateLimit, those not unknown). denied
+// adds Retry-After, rounded up from retryAfterMS; the draft asks that
+// Retry-After not point before the end of a member's t, so a denial's t is
+// at most Retry-After. withState false leaves out the RateLimit field.
 func renderHeaders(items []headerItem, denied bool, retryAfterMS int64, withState bool) *protocol.HeaderFields {
 	var policy, state []byte
 	retry := seconds(retryAfterMS)
 	for i, it := range items {
 		if i > 0 {
-			policy, state = append(policy, ", "...), append(state, ", "...)
+			policy = append(policy, ", "...)
 		}
 		policy = appendSFString(policy, it.name)
 		policy = appendParam(policy, ";q=", it.quota)
@@ -109,6 +119,12 @@ func renderHeaders(items []headerItem, denied bool, retryAfterMS int64, withStat
 		}
 		if it.windowS > 0 {
 			policy = appendParam(policy, ";w=", it.windowS)
+		}
+		if it.unknown {
+			continue
+		}
+		if len(state) > 0 {
+			state = append(state, ", "...)
 		}
 		state = appendSFString(state, it.name)
 		state = appendParam(state, ";r=", it.remaining)

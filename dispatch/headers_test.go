@@ -122,7 +122,7 @@ func TestHeaderFieldsRender(t *testing.T) {
 type otherShape struct{}
 
 func (otherShape) Algorithm() string { return "other" }
-func (otherShape) Check() error      { return nil }
+func (otherShape) Validate() error   { return nil }
 func (otherShape) Quota() int64      { return 9 }
 
 func TestHeaderFieldsOnlyWhenAsked(t *testing.T) {

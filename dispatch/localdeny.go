@@ -82,23 +82,24 @@ func (d *localDeny) shard(key string) *denyShard {
 	return &d.shards[maphash.String(d.seed, key)%uint64(len(d.shards))]
 }
 
-// check answers dec, a take without request_id, from memory when its key
-// is known to deny its cost under its config and limits.
-func (d *localDeny) check(dec *Decision, now time.Time) bool {
-	sh := d.shard(dec.key)
+// check answers check i of dec, a take without request_id, from memory
+// when its key is known to deny its cost under its config and limits.
+func (d *localDeny) answer(dec *Decision, i int, now time.Time) bool {
+	c := &dec.checks[i]
+	sh := d.shard(c.key)
 	sh.mu.Lock()
-	e, ok := sh.m[dec.key]
+	e, ok := sh.m[c.key]
 	if ok && !now.Before(e.until) {
-		delete(sh.m, dec.key)
+		delete(sh.m, c.key)
 		ok = false
 	}
 	sh.mu.Unlock()
-	if !ok || e.cfg != dec.cfg || e.shape != dec.limit.Shape || dec.req.Cost < e.need {
+	if !ok || e.cfg != dec.cfg || e.shape != c.limit.Shape || c.req.Cost < e.need {
 		return false
 	}
-	o := &dec.Out
+	o := dec.out(i)
 	o.Allowed, o.Local, o.Used, o.Remaining = false, true, e.used, max(o.Limit-e.used, 0)
-	if ls, ok := dec.limit.Algorithm.(localStater); ok {
+	if ls, ok := c.limit.Algorithm.(localStater); ok {
 		// A state that recovers with time is reported as it is now.
 		o.Used, o.Remaining = ls.localState(e.shape, e.reset, now)
 	}
@@ -108,30 +109,30 @@ func (d *localDeny) check(dec *Decision, now time.Time) bool {
 	return true
 }
 
-// record notes Redis's answer to a take sent at dec.sent, before shadow
-// mode: a denial that holds for hold, for costs of at least need, is
-// remembered; an acceptance forgets the key, whose remembered state is now
-// behind.
-func (d *localDeny) record(dec *Decision, hold time.Duration, need int64) {
-	sh := d.shard(dec.key)
+// record notes Redis's answer to check i of a take, sent at its sent,
+// before shadow mode: a denial that holds for hold, for costs of at least
+// need, is remembered; an acceptance forgets the key, whose remembered
+// state is now behind.
+func (d *localDeny) record(dec *Decision, i int, hold time.Duration, need int64) {
+	c, o := &dec.checks[i], dec.out(i)
+	sh := d.shard(c.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	o := &dec.Out
 	if o.Allowed || hold <= 0 {
-		delete(sh.m, dec.key)
+		delete(sh.m, c.key)
 		return
 	}
-	if sh.settles.Load() != dec.denyGen {
+	if sh.settles.Load() != c.denyGen {
 		// A settle on the shard ran meanwhile and may have freed what
 		// this denial found taken.
 		return
 	}
-	if _, ok := sh.m[dec.key]; !ok && len(sh.m) >= d.max {
+	if _, ok := sh.m[c.key]; !ok && len(sh.m) >= d.max {
 		sh.evict(time.Now(), d.max)
 	}
-	sh.m[dec.key] = denyEntry{
-		cfg: dec.cfg, shape: dec.limit.Shape, need: need, used: o.Used,
-		reset: dec.sent.Add(time.Duration(o.ResetMS) * time.Millisecond), until: dec.sent.Add(hold),
+	sh.m[c.key] = denyEntry{
+		cfg: dec.cfg, shape: c.limit.Shape, need: need, used: o.Used,
+		reset: c.sent.Add(time.Duration(o.ResetMS) * time.Millisecond), until: c.sent.Add(hold),
 	}
 }
 

@@ -16,16 +16,12 @@ func TestLocalDenyMemoryIsBounded(t *testing.T) {
 	cfg := &policy.Config{}
 	now := time.Now()
 	denial := func(key string, allowed bool, resetMS int64) *Decision {
-		dec := &Decision{
-			req: &protocol.Request{Op: protocol.OpTake, Cost: 1}, key: key, cfg: cfg, sent: now,
-			limit: Limit{Algorithm: fixedWindow{}, Shape: limits.Window{Limit: 1, WindowMS: 60000}},
-			Out:   Outcome{Op: protocol.OpTake, Limit: 1, Used: 1, Allowed: allowed, ResetMS: resetMS},
-		}
-		return dec
+		return takeOfOne(cfg, now, key, limits.Window{Limit: 1, WindowMS: 60000},
+			Outcome{Op: protocol.OpTake, Limit: 1, Used: 1, Allowed: allowed, ResetMS: resetMS})
 	}
 	record := func(dec *Decision) {
 		hold, need := fixedWindow{}.DeniedFor(&dec.Out, dec.req.Cost)
-		d.record(dec, hold, need)
+		d.record(dec, 0, hold, need)
 	}
 	size := func() int {
 		n := 0
@@ -41,30 +37,39 @@ func TestLocalDenyMemoryIsBounded(t *testing.T) {
 		t.Fatalf("%d entries after 10000 denials, want at most 64", n)
 	}
 	// The newest is remembered and answers; an acceptance forgets it.
-	if !d.check(denial("k9999", false, 0), now) {
+	if !d.answer(denial("k9999", false, 0), 0, now) {
 		t.Fatal("the latest denial was forgotten")
 	}
 	record(denial("k9999", true, 60000))
-	if d.check(denial("k9999", false, 0), now) {
+	if d.answer(denial("k9999", false, 0), 0, now) {
 		t.Fatal("a denial was remembered past an acceptance")
 	}
 	// An ended window answers nothing and is dropped.
 	record(denial("old", false, 10))
-	if d.check(denial("old", false, 0), now.Add(10*time.Millisecond)) {
+	if d.answer(denial("old", false, 0), 0, now.Add(10*time.Millisecond)) {
 		t.Fatal("a window was denied locally after its end")
 	}
 	// Another shape, another config: not the same limits.
 	record(denial("shape", false, 60000))
 	other := denial("shape", false, 0)
-	other.limit.Shape = limits.Window{Limit: 2, WindowMS: 60000}
-	if d.check(other, now) {
+	other.checks[0].limit.Shape = limits.Window{Limit: 2, WindowMS: 60000}
+	if d.answer(other, 0, now) {
 		t.Fatal("a denial answered a take under other limits")
 	}
 	other = denial("shape", false, 0)
 	other.cfg = &policy.Config{}
-	if d.check(other, now) {
+	if d.answer(other, 0, now) {
 		t.Fatal("a denial answered a take under a reloaded config")
 	}
+}
+
+// takeOfOne is a take of one fixed window check on key under shape, as
+// Prepare and a call sent at sent leave it, answered out.
+func takeOfOne(cfg *policy.Config, sent time.Time, key string, shape limits.Window, out Outcome) *Decision {
+	dec := &Decision{req: &protocol.Request{Op: protocol.OpTake, Cost: 1}, cfg: cfg, Out: out}
+	dec.checks = dec.one[:]
+	dec.checks[0] = check{req: dec.req, key: key, limit: Limit{Algorithm: fixedWindow{}, Shape: shape}, sent: sent}
+	return dec
 }
 
 // A token bucket refills while its denial holds: the local answer reports

@@ -2,9 +2,7 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +22,8 @@ const (
 	LogDecisionsAll    = "all"
 )
 
-// CheckLogDecisions validates a --log-decisions value.
-func CheckLogDecisions(v string) error {
+// ValidateLogDecisions validates a --log-decisions value.
+func ValidateLogDecisions(v string) error {
 	switch v {
 	case "", LogDecisionsNone, LogDecisionsDenied, LogDecisionsAll:
 		return nil
@@ -33,7 +31,7 @@ func CheckLogDecisions(v string) error {
 	return fmt.Errorf("--log-decisions %q: want none, denied or all", v)
 }
 
-// Log keys of the dispatcher's lines, documented in the README.
+// Log keys of the dispatcher's lines, documented in docs/operations.md.
 const (
 	keyOp          = "op"
 	keyAlgorithm   = "algorithm"
@@ -49,6 +47,7 @@ const (
 	keyLatencyUS   = "latency_us"
 	keyKey         = "key"
 	keyHealedTotal = "healed_total"
+	keyCheck       = "check" // a check's place in its take, from 1
 )
 
 // decisionSampling bounds the decision log: in each second, the first
@@ -187,38 +186,54 @@ func (m *metrics) observe(dec *Decision) {
 	if o.Op != protocol.OpTake {
 		return
 	}
-	if dec.multi != nil {
-		m.observeChecks(dec, elapsed)
-		return
+	for i := range dec.checks {
+		m.observeCheck(dec, i, elapsed)
+	}
+}
+
+// observeCheck counts check i of a finished take, and logs it.
+func (m *metrics) observeCheck(dec *Decision, i int, elapsed time.Duration) {
+	o, oc, req := &dec.Out, dec.out(i), dec.checks[i].req
+	result := oc.Result()
+	switch {
+	case o.Failed():
+		result = string(o.Code)
+	case oc.Skipped:
+		result = ResultSkipped
+	case !o.Allowed && !o.Degraded && !oc.Replay && oc.accepted():
+		result = ResultUnapplied
 	}
 	// Only configured policy names become label values: a client naming
 	// policies at random must not create series.
 	policy := ""
-	if p := dec.req.Policy; p != "" {
+	if p := req.Policy; p != "" {
 		if _, known := dec.cfg.Policies[p]; known {
 			policy = p
 		}
 	}
-	m.decisionsOf.get([3]string{policy, o.Algorithm, result}).Inc()
+	m.decisionsOf.get([3]string{policy, oc.Algorithm, result}).Inc()
 	if m.decisionLog == nil || !m.logAll && !o.Denied() {
 		return
 	}
-	req := dec.req
-	fields := []zap.Field{
-		zap.String(keyOp, op),
-		zap.String(keyAlgorithm, o.Algorithm),
+	fields := make([]zap.Field, 0, 13)
+	fields = append(fields, zap.String(keyOp, o.Op.String()))
+	if dec.listed() {
+		fields = append(fields, zap.Int(keyCheck, i+1))
+	}
+	fields = append(fields,
+		zap.String(keyAlgorithm, oc.Algorithm),
 		zap.String(keyPolicy, req.Policy),
 		zap.String(keySubject, req.Subject),
 		zap.Int64(keyCost, req.Cost),
 		zap.String(keyVerdict, result),
+	)
+	if !o.Failed() && !oc.Skipped {
+		fields = append(fields, zap.Int64(keyLimit, oc.Limit), zap.Int64(keyUsed, oc.Used), zap.Int64(keyRemaining, oc.Remaining))
 	}
-	if !o.Failed() {
-		fields = append(fields, zap.Int64(keyLimit, o.Limit), zap.Int64(keyUsed, o.Used), zap.Int64(keyRemaining, o.Remaining))
+	if dec.req.RequestID != "" {
+		fields = append(fields, zap.String(keyRequestID, dec.req.RequestID))
 	}
-	if req.RequestID != "" {
-		fields = append(fields, zap.String(keyRequestID, req.RequestID))
-	}
-	if o.Local {
+	if oc.Local {
 		fields = append(fields, zap.Bool(keyLocal, true))
 	}
 	fields = append(fields, zap.Int64(keyLatencyUS, elapsed.Microseconds()))
@@ -283,7 +298,7 @@ func (m *metrics) refusedInside(r rueidis.RedisResult) {
 		return
 	}
 	for i := range arr {
-		if e := arr[i].Error(); e != nil && redisErrorKind(e) == "refused" {
+		if e := arr[i].Error(); e != nil && m.d.classify(e, nil).kind == "refused" {
 			m.redisErrors.WithLabelValues("refused").Inc()
 		}
 	}
@@ -291,30 +306,10 @@ func (m *metrics) refusedInside(r rueidis.RedisResult) {
 
 func (m *metrics) redisCall(start time.Time, err error) {
 	m.redisDuration.Observe(time.Since(start).Seconds())
-	if kind := redisErrorKind(err); kind != "" {
+	if err == nil {
+		return
+	}
+	if kind := m.d.classify(err, nil).kind; kind != "" {
 		m.redisErrors.WithLabelValues(kind).Inc()
 	}
-}
-
-// redisErrorKind names a failed command for quotad_redis_errors_total, or
-// "" when Redis answered: a script's own refusal (CONFLICT, POLICY...),
-// WRONGTYPE and NOSCRIPT are answers, and a caller that gave up says nothing
-// about Redis.
-func redisErrorKind(err error) string {
-	switch {
-	case err == nil, errors.Is(err, context.Canceled):
-		return ""
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	}
-	if re, ok := rueidis.IsRedisErr(err); ok {
-		msg := re.Error()
-		for _, p := range transientReplies {
-			if strings.HasPrefix(msg, p) {
-				return "refused"
-			}
-		}
-		return ""
-	}
-	return "connection"
 }

@@ -51,12 +51,39 @@ type Outcome struct {
 	Headers bool
 	Shape   limits.Shape
 
-	// Checks are the outcomes of a take of several limits, one per check
-	// in the request's order (multi.go); nil for a decision of one.
-	// Skipped: a check of such a take that was not asked, since another
-	// check's local denial answered the take.
+	// Checks are the outcomes of a take with "checks", one per check in
+	// the request's order (checks.go); nil for a request without, which is
+	// its one check's outcome itself (check). Skipped: a check of such a
+	// take that was not asked, since another check's answer decided the
+	// take.
 	Checks  []Outcome
 	Skipped bool
+}
+
+// check is the outcome of check i of o's request: o itself for a request
+// without "checks".
+func (o *Outcome) check(i int) *Outcome {
+	if o.Checks == nil {
+		return o
+	}
+	return &o.Checks[i]
+}
+
+// fresh is o as Prepare left it: what it is about, nothing decided.
+func (o *Outcome) fresh() Outcome {
+	return Outcome{
+		Op: o.Op, Algorithm: o.Algorithm, Policy: o.Policy, Limit: o.Limit,
+		Headers: o.Headers, Shape: o.Shape, Checks: o.Checks,
+	}
+}
+
+// accepted reports whether a take's check found room, before shadow mode
+// turned its answer.
+func (o *Outcome) accepted() bool {
+	if o.Shadow {
+		return o.ShadowAllowed
+	}
+	return o.Allowed
 }
 
 // Failed reports whether the request ended in an error reply.
@@ -101,15 +128,28 @@ func (o *Outcome) AppendReply(dst, id []byte) []byte {
 			Remaining: o.Remaining, ResetMS: o.ResetMS, RetryAfterMS: o.RetryAfterMS, Headers: o.headerFields(),
 		})
 	}
-	if o.Checks != nil {
-		return o.appendMulti(dst, id)
+	if o.Checks == nil {
+		return protocol.AppendTake(dst, id, protocol.TakeReply{
+			Allowed: o.Allowed, Replay: o.Replay, Limit: o.Limit, Used: o.Used, Remaining: o.Remaining,
+			ResetMS: o.ResetMS, RetryAfterMS: o.RetryAfterMS, LeaseMS: o.LeaseMS,
+			Degraded: o.Degraded, Shadow: o.Shadow, ShadowAllowed: o.ShadowAllowed,
+			Headers: o.headerFields(),
+		})
 	}
-	return protocol.AppendTake(dst, id, protocol.TakeReply{
-		Allowed: o.Allowed, Replay: o.Replay, Limit: o.Limit, Used: o.Used, Remaining: o.Remaining,
-		ResetMS: o.ResetMS, RetryAfterMS: o.RetryAfterMS, LeaseMS: o.LeaseMS,
-		Degraded: o.Degraded, Shadow: o.Shadow, ShadowAllowed: o.ShadowAllowed,
-		Headers: o.headerFields(),
-	})
+	// A take with "checks" answers each check as a take of that limit.
+	r := protocol.MultiTakeReply{
+		Allowed: o.Allowed, Replay: o.Replay, RetryAfterMS: o.RetryAfterMS, Degraded: o.Degraded,
+		Checks: make([]protocol.CheckReply, len(o.Checks)), Headers: o.headerFields(),
+	}
+	for i := range o.Checks {
+		c := &o.Checks[i]
+		r.Checks[i] = protocol.CheckReply{
+			Allowed: c.Allowed, Replay: c.Replay, Limit: c.Limit, Used: c.Used, Remaining: c.Remaining,
+			ResetMS: c.ResetMS, RetryAfterMS: c.RetryAfterMS, LeaseMS: c.LeaseMS,
+			Shadow: c.Shadow, ShadowAllowed: c.ShadowAllowed, Degraded: c.Degraded, Skipped: c.Skipped,
+		}
+	}
+	return protocol.AppendMultiTake(dst, id, r)
 }
 
 // Results of a request, as the metrics and the decision log name them. An

@@ -109,25 +109,22 @@ func TestSettleDropsTheLocalDenial(t *testing.T) {
 func TestADenialFromBeforeASettleIsNotRemembered(t *testing.T) {
 	d := newLocalDeny(64)
 	cfg := &policy.Config{}
-	dec := &Decision{
-		req: &protocol.Request{Op: protocol.OpTake, Cost: 1}, key: "k", cfg: cfg, sent: time.Now(),
-		limit: Limit{Algorithm: fixedWindow{}, Shape: limits.Window{Limit: 1, WindowMS: 60000}},
-		Out:   Outcome{Op: protocol.OpTake, Limit: 1, Used: 1, ResetMS: 60000},
-	}
-	dec.denyGen = d.generation("k")
+	dec := takeOfOne(cfg, time.Now(), "k", limits.Window{Limit: 1, WindowMS: 60000},
+		Outcome{Op: protocol.OpTake, Limit: 1, Used: 1, ResetMS: 60000})
+	dec.checks[0].denyGen = d.generation("k")
 	d.forget("k") // a settle on k finished while the take was at Redis
 	hold, need := fixedWindow{}.DeniedFor(&dec.Out, 1)
-	d.record(dec, hold, need)
-	if d.check(dec, time.Now()) {
+	d.record(dec, 0, hold, need)
+	if d.answer(dec, 0, time.Now()) {
 		t.Fatal("a denial found before a settle was remembered")
 	}
-	dec.denyGen = d.generation("k")
-	d.record(dec, hold, need)
-	if !d.check(dec, time.Now()) {
+	dec.checks[0].denyGen = d.generation("k")
+	d.record(dec, 0, hold, need)
+	if !d.answer(dec, 0, time.Now()) {
 		t.Fatal("a denial after the settle was not remembered")
 	}
 	d.forget("k")
-	if d.check(dec, time.Now()) {
+	if d.answer(dec, 0, time.Now()) {
 		t.Fatal("a settle left the denial of its key")
 	}
 }

@@ -132,8 +132,8 @@ func TestCalendarThroughTheBinary(t *testing.T) {
 // its own slot, with exact counts and every key with a TTL.
 func TestCalendarOnCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	// As the README's ACL user: the calendar needs no more than the other
-	// algorithms.
+	// As the documented ACL user (docs/redis.md): the calendar needs no
+	// more than the other algorithms.
 	addACLUser(t, append(c.Masters, c.Replicas...)...)
 	p := launchSidecarEnv(t, socketPath(t), strings.Replace(c.URL(), "redis://", "redis://quotad@", 1), []string{"QUOTAD_REDIS_PASSWORD=" + aclPassword})
 	p.waitReady(t)

@@ -18,7 +18,7 @@ import (
 // by itself.
 func TestClusterFailoverAndMigrationUnderLoad(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	// As the README's ACL user: a Cluster needs nothing more.
+	// As the documented ACL user (docs/redis.md): a Cluster needs nothing more.
 	addACLUser(t, append(c.Masters, c.Replicas...)...)
 	// A long deadline, so that only a redirection not followed, never a
 	// slow machine, can make a take UNAVAILABLE during the migration. A

@@ -7,22 +7,28 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestReadme reads README.md from top to bottom and runs its examples in
-// that order, as a newcomer pastes them, against one sidecar started as
-// `make run` starts it: the embedded store, listening on ./quotad.sock in a
-// fresh working directory. That directory also holds bin/quotad, the binary
-// under test, where `make run` leaves it (it is not on PATH, as it is not
-// for a reader), and copies of the Python and Node clients, as the README
-// says to copy them. Each fenced block is a subtest named after its line,
-// run or skipped with its reason.
+// TestDocs reads README.md and every page of docs/ from top to bottom and
+// runs their examples in that order, as a newcomer pastes them, each page
+// against a sidecar of its own started as `make run` starts it: the
+// embedded store, listening on ./quotad.sock in a working directory shared
+// by the pages. That directory also holds bin/quotad, the binary under
+// test, where `make run` leaves it (it is not on PATH, as it is not for a
+// reader), and copies of the Python and Node clients, as the README says to
+// copy them. Each page is a subtest (README.md, docs-algorithms.md, ...),
+// and each fenced block a subtest of its page named after its line, run or
+// skipped with its reason. A page starts from an empty store, so no page's
+// examples depend on another's.
 //
 // A fence is ``` at the start of a line; an indented fence (in a list
 // item, a quote) or a ~~~ fence is an error rather than a block left out.
@@ -52,7 +58,7 @@ import (
 //	<!-- not run: needs a Kubernetes cluster -->
 //
 // The reason is required and shows as the subtest's skip message
-// (`go test -v -run TestReadme ./integration/`). A marker before a block
+// (`go test -v -run TestDocs ./integration/`). A marker before a block
 // that would not run anyway, or before anything but a fence, is an error.
 //
 // Expected output is compared line by line, ignoring trailing spaces. In an
@@ -63,35 +69,226 @@ import (
 // retry_after_ms may be anything from 1 to 60000 (or to the value written,
 // when that is more), a message any non-empty
 // text and a version any string. Every other line must be equal.
-func TestReadme(t *testing.T) {
+func TestDocs(t *testing.T) {
 	t.Parallel()
-	f, err := os.Open(filepath.Join(moduleRoot, "README.md"))
-	if err != nil {
-		t.Fatal(err)
+	type page struct {
+		path   string // relative to the module root, with slashes
+		blocks []readmeBlock
+		runs   bool // some block of it runs
 	}
-	blocks, err := parseReadme(f)
-	f.Close()
-	if err != nil {
-		t.Fatalf("README.md: %v", err)
+	var pages []page
+	for _, path := range docPages(t) {
+		f, err := os.Open(filepath.Join(moduleRoot, filepath.FromSlash(path)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks, err := parseReadme(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		p := page{path: path, blocks: blocks}
+		for _, b := range blocks {
+			p.runs = p.runs || b.skip == ""
+		}
+		pages = append(pages, p)
 	}
 	w := newReadmeWorkdir(t)
-	sc := launchSidecar(t, filepath.Join(w.dir, "quotad.sock"), "")
-	sc.waitReady(t)
 
 	ran := 0
-	for _, b := range blocks {
-		t.Run(b.name(), func(t *testing.T) {
-			if b.skip != "" {
-				t.Skip(b.skip)
+	for _, p := range pages {
+		t.Run(pageName(p.path), func(t *testing.T) {
+			if p.runs {
+				// Stopped when this page's subtest ends, so the next page's
+				// sidecar takes ./quotad.sock over an empty store.
+				sc := launchSidecar(t, filepath.Join(w.dir, "quotad.sock"), "")
+				sc.waitReady(t)
 			}
-			ran++
-			w.runBlock(t, b)
+			pageRan := 0
+			for _, b := range p.blocks {
+				t.Run(b.name(), func(t *testing.T) {
+					if b.skip != "" {
+						t.Skip(b.skip)
+					}
+					pageRan++
+					w.runBlock(t, p.path, b)
+				})
+			}
+			ran += pageRan
+			t.Logf("%s: ran %d of %d blocks", p.path, pageRan, len(p.blocks))
 		})
 	}
 	if ran == 0 {
-		t.Fatal("README.md has no example that runs")
+		t.Fatal("README.md and docs/ have no example that runs")
 	}
-	t.Logf("README.md: ran %d of %d blocks", ran, len(blocks))
+}
+
+// docPages lists the pages whose examples TestDocs runs, relative to the
+// module root: README.md, then every .md file under docs/ in lexical
+// order. A docs/ without a page fails the test rather than running only
+// the README.
+func docPages(t *testing.T) []string {
+	t.Helper()
+	pages := []string{"README.md"}
+	docs := filepath.Join(moduleRoot, "docs")
+	err := filepath.WalkDir(docs, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".md") {
+			return err
+		}
+		rel, err := filepath.Rel(moduleRoot, path)
+		pages = append(pages, filepath.ToSlash(rel))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("list docs/: %v", err)
+	}
+	if len(pages) == 1 {
+		t.Fatal("docs/ holds no .md page")
+	}
+	return pages
+}
+
+// pageName is a page's subtest name and the stem of its examples' files:
+// docs/algorithms.md is docs-algorithms.md.
+func pageName(path string) string {
+	return strings.ReplaceAll(path, "/", "-")
+}
+
+// TestDocsLinks checks every relative link of the project's Markdown
+// pages (README.md, docs/, PROTOCOL.md, the clients' READMEs, ...): the
+// file or directory it names exists, and its #anchor, if any, is a heading
+// of that page as GitHub spells heading anchors. A page moved or a heading
+// renamed fails here rather than in a reader's browser.
+func TestDocsLinks(t *testing.T) {
+	t.Parallel()
+	anchors := map[string]map[string]bool{} // page path -> its anchors
+	anchorsOf := func(path string) map[string]bool {
+		if a, ok := anchors[path]; ok {
+			return a
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := headingAnchors(string(b))
+		anchors[path] = a
+		return a
+	}
+	checked := 0
+	for _, page := range markdownPages(t) {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(moduleRoot, page)
+		for n, line := range proseLines(string(b)) {
+			for _, m := range markdownLink.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if urlScheme.MatchString(target) {
+					continue
+				}
+				checked++
+				file, anchor, _ := strings.Cut(target, "#")
+				path := page
+				if file != "" {
+					path = filepath.Join(filepath.Dir(page), filepath.FromSlash(file))
+				}
+				if _, err := os.Stat(path); err != nil {
+					t.Errorf("%s:%d: link %s: no such file", rel, n+1, target)
+					continue
+				}
+				if anchor == "" {
+					continue
+				}
+				if !strings.HasSuffix(path, ".md") {
+					t.Errorf("%s:%d: link %s: an anchor into a file that is not Markdown", rel, n+1, target)
+				} else if !anchorsOf(path)[anchor] {
+					t.Errorf("%s:%d: link %s: no heading of that page has the anchor #%s", rel, n+1, target, anchor)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no relative link found in the Markdown pages")
+	}
+}
+
+var (
+	// markdownLink is an inline link or image, [text](target); its
+	// target has no spaces in these pages.
+	markdownLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	urlScheme    = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`)
+	headingLine  = regexp.MustCompile(`^#{1,6} +(.*?) *#* *$`)
+	// notInAnchor is what GitHub drops from a heading to make its anchor.
+	notInAnchor = regexp.MustCompile(`[^\p{L}\p{N}_ -]`)
+)
+
+// markdownPages lists the Markdown files of the repository, leaving out
+// hidden directories, node_modules and testdata.
+func markdownPages(t *testing.T) []string {
+	t.Helper()
+	var pages []string
+	err := filepath.WalkDir(moduleRoot, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != moduleRoot && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(path, ".md") {
+			pages = append(pages, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("list the Markdown pages: %v", err)
+	}
+	if len(pages) == 0 {
+		t.Fatal("no Markdown page found")
+	}
+	return pages
+}
+
+// proseLines is a page's lines with those inside fenced blocks blanked,
+// so that line numbers stay the page's.
+func proseLines(doc string) []string {
+	lines := strings.Split(doc, "\n")
+	fenced := false
+	for i, l := range lines {
+		if strings.HasPrefix(l, "```") {
+			fenced = !fenced
+			lines[i] = ""
+		} else if fenced {
+			lines[i] = ""
+		}
+	}
+	return lines
+}
+
+// headingAnchors is the set of anchors GitHub gives a page's headings:
+// lower case, without punctuation (backticks, colons, slashes, ...), each
+// space a hyphen, and -1, -2, ... after a repeated one.
+func headingAnchors(doc string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	for _, l := range proseLines(doc) {
+		m := headingLine.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		a := strings.ReplaceAll(notInAnchor.ReplaceAllString(strings.ToLower(m[1]), ""), " ", "-")
+		if n, ok := seen[a]; ok {
+			seen[a] = n + 1
+			anchors[fmt.Sprintf("%s-%d", a, n+1)] = true
+			continue
+		}
+		seen[a] = 0
+		anchors[a] = true
+	}
+	return anchors
 }
 
 // readmeKind is what the runner does with a block.
@@ -106,7 +303,7 @@ const (
 	kindNode                      // a Node ES module
 )
 
-// readmeLanguages maps every fence language README.md may use to its kind;
+// readmeLanguages maps every fence language a page may use to its kind;
 // for kindNotRun, the value's reason is shown when the block is skipped.
 var readmeLanguages = map[string]struct {
 	kind   readmeKind
@@ -125,7 +322,7 @@ var readmeLanguages = map[string]struct {
 	"":        {kind: kindNotRun, reason: "no language: text to copy, not a program"},
 }
 
-// readmeBlock is one fenced block of README.md other than an output block.
+// readmeBlock is one fenced block of a page other than an output block.
 type readmeBlock struct {
 	line   int    // line number of the opening fence
 	lang   string // the fence's info string
@@ -145,7 +342,7 @@ func (b readmeBlock) name() string {
 
 var notRunMarker = regexp.MustCompile(`^<!-- not run: (\S.*?) -->$`)
 
-// parseReadme splits a README into its fenced blocks in reading order,
+// parseReadme splits a page into its fenced blocks in reading order,
 // attaches output blocks and markers to the block they belong to, and
 // rejects whatever breaks the convention above.
 func parseReadme(r io.Reader) ([]readmeBlock, error) {
@@ -244,7 +441,7 @@ func parseReadme(r io.Reader) ([]readmeBlock, error) {
 
 // sessionCommand is one "$ " command of a console session.
 type sessionCommand struct {
-	line int // README line of its "$ "
+	line int // page line of its "$ "
 	cmd  string
 	want []string
 }
@@ -335,7 +532,7 @@ func outputLines(out string) []string {
 	return strings.Split(out, "\n")
 }
 
-// readmeWorkdir is the directory the README's examples run in, with the
+// readmeWorkdir is the directory the pages' examples run in, with the
 // environment they run with.
 type readmeWorkdir struct {
 	dir    string
@@ -376,7 +573,7 @@ func (w readmeWorkdir) run(t *testing.T, program string, args ...string) (string
 	t.Helper()
 	bin, err := exec.LookPath(program)
 	if err != nil {
-		t.Fatalf("%s runs the README's examples and is not on PATH (make test-deps installs it): %v", program, err)
+		t.Fatalf("%s runs the examples of README.md and docs/ and is not on PATH (make test-deps installs it): %v", program, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	defer cancel()
@@ -397,57 +594,59 @@ func (w readmeWorkdir) run(t *testing.T, program string, args ...string) (string
 	return out.String(), exitCodeOf(err)
 }
 
-// runBlock runs one block and checks what it printed.
-func (w readmeWorkdir) runBlock(t *testing.T, b readmeBlock) {
+// runBlock runs one block of page and checks what it printed.
+func (w readmeWorkdir) runBlock(t *testing.T, page string, b readmeBlock) {
 	t.Helper()
 	if b.kind == kindSession {
 		cmds, err := sessionCommands(b)
 		if err != nil {
-			t.Fatalf("README.md: %v", err)
+			t.Fatalf("%s: %v", page, err)
 		}
 		for _, c := range cmds {
 			out, code := w.run(t, "bash", "-o", "pipefail", "-c", c.cmd)
 			if code != 0 {
-				t.Errorf("README.md:%d: %s\nexit %d:\n%s", c.line, c.cmd, code, out)
+				t.Errorf("%s:%d: %s\nexit %d:\n%s", page, c.line, c.cmd, code, out)
 				continue
 			}
 			if diffs := matchOutput(t, c.want, outputLines(out)); len(diffs) > 0 {
-				t.Errorf("README.md:%d: %s\n  %s\ngot:\n%s\nwant:\n%s", c.line, c.cmd,
+				t.Errorf("%s:%d: %s\n  %s\ngot:\n%s\nwant:\n%s", page, c.line, c.cmd,
 					strings.Join(diffs, "\n  "), out, strings.Join(c.want, "\n"))
 			}
 		}
 		return
 	}
+	// The example's file is named after its page and line: docs-algorithms-120.py.
+	stem := strings.TrimSuffix(pageName(page), ".md")
 	program, file, args := "", "", []string(nil)
 	switch b.kind {
 	case kindShell:
-		program, file = "bash", fmt.Sprintf("readme-%d.sh", b.line)
+		program, file = "bash", fmt.Sprintf("%s-%d.sh", stem, b.line)
 		args = []string{"-e", "-o", "pipefail", file}
 	case kindPython:
-		program, file = w.python, fmt.Sprintf("readme-%d.py", b.line)
+		program, file = w.python, fmt.Sprintf("%s-%d.py", stem, b.line)
 		args = []string{file}
 	case kindNode:
-		program, file = "node", fmt.Sprintf("readme-%d.mjs", b.line)
+		program, file = "node", fmt.Sprintf("%s-%d.mjs", stem, b.line)
 		args = []string{file}
 	default:
-		t.Fatalf("README.md:%d: a %q block cannot run", b.line, b.lang)
+		t.Fatalf("%s:%d: a %q block cannot run", page, b.line, b.lang)
 	}
 	if err := os.WriteFile(filepath.Join(w.dir, file), []byte(strings.Join(b.body, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, code := w.run(t, program, args...)
 	if code != 0 {
-		t.Fatalf("README.md:%d: %s %s: exit %d:\n%s", b.line, program, b.lang, code, out)
+		t.Fatalf("%s:%d: %s %s: exit %d:\n%s", page, b.line, program, b.lang, code, out)
 	}
 	if diffs := matchOutput(t, b.output, outputLines(out)); len(diffs) > 0 {
-		t.Errorf("README.md:%d: the %s example printed what the README does not show:\n  %s\ngot:\n%s\nwant:\n%s",
-			b.line, b.lang, strings.Join(diffs, "\n  "), out, strings.Join(b.output, "\n"))
+		t.Errorf("%s:%d: the %s example printed what the page does not show:\n  %s\ngot:\n%s\nwant:\n%s",
+			page, b.line, b.lang, strings.Join(diffs, "\n  "), out, strings.Join(b.output, "\n"))
 	}
 }
 
-// TestReadmeConvention guards the runner itself: what it rejects, what it
+// TestDocsConvention guards the runner itself: what it rejects, what it
 // skips, and what its matcher forgives.
-func TestReadmeConvention(t *testing.T) {
+func TestDocsConvention(t *testing.T) {
 	t.Parallel()
 	const fence = "```"
 	for _, tc := range []struct{ name, doc, err string }{
@@ -514,6 +713,12 @@ func TestReadmeConvention(t *testing.T) {
 	}
 	if _, err := sessionCommands(readmeBlock{line: 1, body: []string{"output first", "$ true"}}); err == nil {
 		t.Error("a session starting with output was accepted")
+	}
+
+	anchors := headingAnchors("# Settle: pay for what was used\n## `quotad doctor`\n## Timeouts, the breaker and fail-open/closed\n## A\n## A\n" +
+		fence + "sh\n# a comment, not a heading\n" + fence + "\n")
+	if want := "[a a-1 quotad-doctor settle-pay-for-what-was-used timeouts-the-breaker-and-fail-openclosed]"; fmt.Sprint(slices.Sorted(maps.Keys(anchors))) != want {
+		t.Errorf("heading anchors %v, want %s", slices.Sorted(maps.Keys(anchors)), want)
 	}
 
 	const take = `{"ok":true,"allowed":true,"replay":false,"limit":5,"used":1,"remaining":4,"reset_ms":60000,"retry_after_ms":0}`

@@ -56,41 +56,53 @@ func TestTLSBadCertificateIsReported(t *testing.T) {
 	}
 }
 
-// readmeACL is the ACL line the README documents, with the key pattern and
-// password put in.
+// readmeACL is the ACL line docs/redis.md documents for the sidecar, with
+// the key pattern and password put in.
 func readmeACL(t *testing.T, keyPattern, password string) []string {
 	t.Helper()
 	return readmeACLFor(t, "quotad", keyPattern, password)
 }
 
-// readmeACLFor is readmeACL for the README's line of another user.
+// readmeACLFor is readmeACL for the documented line of another user (the
+// doctor's is in docs/operations.md). The line is looked for in README.md
+// and every page of docs/, and must be written once.
 func readmeACLFor(t *testing.T, user, keyPattern, password string) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "ACL SETUSER "+user+" ") {
-			args := strings.Fields(line)
-			for i, a := range args {
-				switch a {
-				case "~quotad:*":
-					args[i] = "~" + keyPattern
-				case ">CHANGE-ME":
-					args[i] = ">" + password
-				}
+	var found []string
+	var where []string
+	for _, page := range docPages(t) {
+		b, err := os.ReadFile(filepath.Join(moduleRoot, filepath.FromSlash(page)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "ACL SETUSER "+user+" ") {
+				found = strings.Fields(line)
+				where = append(where, page)
 			}
-			return args
 		}
 	}
-	t.Fatalf("README.md documents no line starting with ACL SETUSER %s", user)
-	return nil
+	switch len(where) {
+	case 0:
+		t.Fatalf("README.md and docs/ document no line starting with ACL SETUSER %s", user)
+	case 1:
+	default:
+		t.Fatalf("the ACL SETUSER %s line is documented %d times (%s); one place keeps it true", user, len(where), strings.Join(where, ", "))
+	}
+	for i, a := range found {
+		switch a {
+		case "~quotad:*":
+			found[i] = "~" + keyPattern
+		case ">CHANGE-ME":
+			found[i] = ">" + password
+		}
+	}
+	return found
 }
 
 const aclPassword = "Quotad-ACL-pw-4711"
 
-// startACLRedis starts a redis-server with the README's quotad user, its
+// startACLRedis starts a redis-server with the documented quotad user, its
 // keys limited to the prefixes of these tests, and the default user
 // unchanged for the test's own checks.
 func startACLRedis(t *testing.T) *redistest.Server {
@@ -100,7 +112,7 @@ func startACLRedis(t *testing.T) *redistest.Server {
 	return r
 }
 
-// addACLUser adds the README's quotad user to each server (ACLs are per
+// addACLUser adds the documented quotad user to each server (ACLs are per
 // server, not replicated) and clears their ACL logs.
 func addACLUser(t *testing.T, servers ...*redistest.Server) {
 	t.Helper()
@@ -120,14 +132,15 @@ func wantNoACLDenials(t *testing.T, servers ...*redistest.Server) {
 		}
 		denied, err := r.Do(t, "ACL", "LOG").ToAny()
 		if l, ok := denied.([]any); err != nil || !ok || len(l) != 0 {
-			t.Errorf("%s denied commands of the README's ACL user (%v); ACL LOG: %v", r.Addr(), err, denied)
+			t.Errorf("%s denied commands of the documented ACL user (%v); ACL LOG: %v", r.Addr(), err, denied)
 		}
 	}
 }
 
-// TestACLUserFromREADME runs a sidecar as the README's minimal ACL user:
-// everything works, Redis denied nothing, and the user can do nothing else.
-func TestACLUserFromREADME(t *testing.T) {
+// TestACLUserFromDocs runs a sidecar as the minimal ACL user that
+// docs/redis.md documents: everything works, Redis denied nothing, and the
+// user can do nothing else.
+func TestACLUserFromDocs(t *testing.T) {
 	r := startACLRedis(t)
 	p := launchSidecarEnv(t, socketPath(t), "redis://quotad@"+r.Addr(), []string{"QUOTAD_REDIS_PASSWORD=" + aclPassword})
 	p.waitReady(t)
@@ -247,10 +260,10 @@ func TestServeHelpSaysHowTheURLSelectsTheTopology(t *testing.T) {
 	}
 }
 
-// TestDoctorAsTheREADMEDoctorUser runs quotad doctor --fix as the README's
-// doctor user: it finds and repairs a key without a TTL, and Redis denied
-// it nothing.
-func TestDoctorAsTheREADMEDoctorUser(t *testing.T) {
+// TestDoctorAsTheDocsDoctorUser runs quotad doctor --fix as the doctor
+// user docs/operations.md documents: it finds and repairs a key without a
+// TTL, and Redis denied it nothing.
+func TestDoctorAsTheDocsDoctorUser(t *testing.T) {
 	r := redistest.Start(t)
 	redisOK(t, r, readmeACLFor(t, "quotad-doctor", "it:*", aclPassword)...)
 	redisOK(t, r, "ACL", "LOG", "RESET")

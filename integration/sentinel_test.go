@@ -14,8 +14,8 @@ import (
 // answer.
 func TestSentinelFailoverUnderLoad(t *testing.T) {
 	s := redistest.StartSentinel(t)
-	// As the README's ACL user on the data nodes; the sentinels need no
-	// password here.
+	// As the documented ACL user (docs/redis.md) on the data nodes; the
+	// sentinels need no password here.
 	addACLUser(t, s.Master, s.Replica)
 	p := launchSidecarEnv(t, socketPath(t), strings.Replace(s.URL(), "redis://", "redis://quotad@", 1), []string{"QUOTAD_REDIS_PASSWORD=" + aclPassword})
 	p.waitReady(t)

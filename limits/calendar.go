@@ -72,10 +72,10 @@ const (
 func (CalendarWindow) Algorithm() string { return Calendar }
 func (c CalendarWindow) Quota() int64    { return c.Limit }
 
-// Check reports the first field out of bounds: limit, period, time_zone,
+// Validate reports the first field out of bounds: limit, period, time_zone,
 // week_start, jitter_ms.
-func (c CalendarWindow) Check() error {
-	if err := CheckLimit("limit", c.Limit); err != nil {
+func (c CalendarWindow) Validate() error {
+	if err := ValidateLimit("limit", c.Limit); err != nil {
 		return err
 	}
 	jmax, ok := periodJitterMax[c.Period]
@@ -125,7 +125,7 @@ func ParseCalendarSpec(s string) (c CalendarWindow, ok bool) {
 			return c, false
 		}
 	}
-	return c, c.Check() == nil && c.Spec() == s
+	return c, c.Validate() == nil && c.Spec() == s
 }
 
 // ParseWeekday reads a week_start: "monday" to "sunday".
@@ -215,7 +215,7 @@ func (c CalendarWindow) Offset(subject string) time.Duration {
 }
 
 // Bounds returns the period of the calendar (without jitter) that holds t:
-// start <= t < end. The calendar must have passed Check.
+// start <= t < end. The calendar must have passed Validate.
 func (c CalendarWindow) Bounds(t time.Time) (start, end time.Time) {
 	loc, err := LoadZone(c.TimeZone)
 	if err != nil {

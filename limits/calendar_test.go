@@ -97,7 +97,7 @@ func TestCalendarBounds(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.cal.Limit = 1
-			if err := c.cal.Check(); err != nil {
+			if err := c.cal.Validate(); err != nil {
 				t.Fatal(err)
 			}
 			s, e := c.cal.Bounds(c.at)
@@ -143,7 +143,7 @@ func TestCalendarPeriodsTile(t *testing.T) {
 
 func TestCalendarCheck(t *testing.T) {
 	ok := CalendarWindow{Limit: 10, Period: PeriodDay, TimeZone: "Asia/Shanghai", WeekStart: time.Monday}
-	if err := ok.Check(); err != nil {
+	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -164,8 +164,8 @@ func TestCalendarCheck(t *testing.T) {
 		bad := ok
 		c.mod(&bad)
 		var le *Error
-		if err := bad.Check(); !errors.As(err, &le) || le.Field != c.field {
-			t.Errorf("Check(%+v) = %v, want an error on %s", bad, err, c.field)
+		if err := bad.Validate(); !errors.As(err, &le) || le.Field != c.field {
+			t.Errorf("Validate(%+v) = %v, want an error on %s", bad, err, c.field)
 		}
 	}
 	if _, ok := ParseWeekday("sunday"); !ok {

@@ -2,7 +2,10 @@ package limits
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestBounds(t *testing.T) {
@@ -11,18 +14,18 @@ func TestBounds(t *testing.T) {
 		err   error
 		field string // "" for no error
 	}{
-		{"limit ok", CheckFixedWindow(1, 1), ""},
-		{"limit max", CheckFixedWindow(MaxLimit, MaxWindowMS), ""},
-		{"limit zero", CheckFixedWindow(0, 1), "limit"},
-		{"limit over", CheckFixedWindow(MaxLimit+1, 1), "limit"},
-		{"window over", CheckFixedWindow(1, MaxWindowMS+1), "window_ms"},
-		{"bucket ok", CheckTokenBucket(10, 1000, 20), ""},
-		{"bucket refill too long", CheckTokenBucket(1, MaxWindowMS, 2), "burst"},
-		{"bucket rate", CheckTokenBucket(0, 1000, 1), "rate"},
-		{"leases ok", CheckConcurrency(MaxLeases, 1), ""},
-		{"leases over", CheckConcurrency(MaxLeases+1, 1), "limit"},
-		{"lease over", CheckConcurrency(1, MaxWindowMS+1), "lease_ms"},
-		{"ids over", CheckMaxRequestIDs(MaxRequestIDs + 1), "max_request_ids"},
+		{"limit ok", ValidateFixedWindow(1, 1), ""},
+		{"limit max", ValidateFixedWindow(MaxLimit, MaxWindowMS), ""},
+		{"limit zero", ValidateFixedWindow(0, 1), "limit"},
+		{"limit over", ValidateFixedWindow(MaxLimit+1, 1), "limit"},
+		{"window over", ValidateFixedWindow(1, MaxWindowMS+1), "window_ms"},
+		{"bucket ok", ValidateTokenBucket(10, 1000, 20), ""},
+		{"bucket refill too long", ValidateTokenBucket(1, MaxWindowMS, 2), "burst"},
+		{"bucket rate", ValidateTokenBucket(0, 1000, 1), "rate"},
+		{"leases ok", ValidateConcurrency(MaxLeases, 1), ""},
+		{"leases over", ValidateConcurrency(MaxLeases+1, 1), "limit"},
+		{"lease over", ValidateConcurrency(1, MaxWindowMS+1), "lease_ms"},
+		{"ids over", ValidateMaxRequestIDs(MaxRequestIDs + 1), "max_request_ids"},
 	} {
 		var le *Error
 		switch {
@@ -48,5 +51,32 @@ func TestValidRequestID(t *testing.T) {
 		if got := ValidRequestID(id); got != want {
 			t.Errorf("ValidRequestID(%q) = %v, want %v", id, got, want)
 		}
+	}
+}
+
+func TestValidPolicyName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"api": true, "A.b-c_9": true, strings.Repeat("p", MaxPolicyNameBytes): true,
+		"": false, strings.Repeat("p", MaxPolicyNameBytes+1): false, "a:b": false, "a b": false, "é": false, "a/b": false,
+	} {
+		if got := ValidPolicyName(name); got != want {
+			t.Errorf("ValidPolicyName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// The texts that name a bound in words say the bound's number.
+func TestRuleTexts(t *testing.T) {
+	for text, want := range map[string]string{
+		RequestIDRule:   "1 to " + strconv.Itoa(MaxRequestIDBytes) + " of",
+		PolicyNameChars: "1 to " + strconv.Itoa(MaxPolicyNameBytes) + " of",
+		MaxWindowText:   strconv.Itoa(int(MaxWindow/time.Hour)) + "h (" + strconv.Itoa(int(MaxWindow/(24*time.Hour))) + " days)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("%q does not say %q", text, want)
+		}
+	}
+	if MaxWindow%time.Hour != 0 || MaxWindow%(24*time.Hour) != 0 {
+		t.Errorf("MaxWindow %v is not whole days, as MaxWindowText says", MaxWindow)
 	}
 }

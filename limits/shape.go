@@ -8,8 +8,8 @@ type Shape interface {
 	// SlidingWindow, Calendar or
 	// Concurrency.
 	Algorithm() string
-	// Check reports the first bound the shape breaks, as an *Error.
-	Check() error
+	// Validate reports the first bound the shape breaks, as an *Error.
+	Validate() error
 	// Quota is the most one subject may hold at once: the limit, or a
 	// bucket's burst. Replies report it as "limit".
 	Quota() int64
@@ -23,7 +23,7 @@ type Window struct {
 }
 
 func (Window) Algorithm() string { return FixedWindow }
-func (w Window) Check() error    { return CheckFixedWindow(w.Limit, w.WindowMS) }
+func (w Window) Validate() error { return ValidateFixedWindow(w.Limit, w.WindowMS) }
 func (w Window) Quota() int64    { return w.Limit }
 
 // Bucket is a token bucket (GCRA): Rate tokens per PeriodMS, at most Burst
@@ -35,7 +35,7 @@ type Bucket struct {
 }
 
 func (Bucket) Algorithm() string { return TokenBucket }
-func (b Bucket) Check() error    { return CheckTokenBucket(b.Rate, b.PeriodMS, b.Burst) }
+func (b Bucket) Validate() error { return ValidateTokenBucket(b.Rate, b.PeriodMS, b.Burst) }
 func (b Bucket) Quota() int64    { return b.Burst }
 
 // RefillMS is how long an empty bucket takes to fill, rounded up: the
@@ -50,7 +50,7 @@ type Leases struct {
 }
 
 func (Leases) Algorithm() string { return Concurrency }
-func (l Leases) Check() error    { return CheckConcurrency(l.Limit, l.LeaseMS) }
+func (l Leases) Validate() error { return ValidateConcurrency(l.Limit, l.LeaseMS) }
 func (l Leases) Quota() int64    { return l.Limit }
 
 // SlidingWindow is the algorithm of a Sliding limit.
@@ -65,5 +65,5 @@ type Sliding struct {
 }
 
 func (Sliding) Algorithm() string { return SlidingWindow }
-func (s Sliding) Check() error    { return CheckFixedWindow(s.Limit, s.WindowMS) }
+func (s Sliding) Validate() error { return ValidateFixedWindow(s.Limit, s.WindowMS) }
 func (s Sliding) Quota() int64    { return s.Limit }

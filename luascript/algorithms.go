@@ -89,11 +89,11 @@ const (
 func (a *Args) checkLimits(k limitsKind) error {
 	switch k {
 	case windowLimits:
-		return invalid(limits.CheckFixedWindow(a.Limit, a.WindowMS))
+		return invalid(limits.ValidateFixedWindow(a.Limit, a.WindowMS))
 	case bucketLimits:
 		return a.TokenBucket.Validate()
 	case leaseLimits:
-		return invalid(limits.CheckConcurrency(a.Limit, a.LeaseMS))
+		return invalid(limits.ValidateConcurrency(a.Limit, a.LeaseMS))
 	}
 	return checkCalendar(a)
 }
@@ -223,11 +223,11 @@ func (s *script) check(a *Args) error {
 				return &Error{Code: CodeInvalid, Message: "cost must be an integer from " + strconv.FormatInt(lo, 10) + " to " + of}
 			}
 		case fieldMaxIDs:
-			if err := limits.CheckMaxRequestIDs(a.MaxRequestIDs); err != nil {
+			if err := limits.ValidateMaxRequestIDs(a.MaxRequestIDs); err != nil {
 				return invalid(err)
 			}
 		case fieldDedupe:
-			if err := limits.CheckDuration("dedupe_ms", a.DedupeMS); err != nil {
+			if err := limits.ValidateDuration("dedupe_ms", a.DedupeMS); err != nil {
 				return invalid(err)
 			}
 		case fieldID:
@@ -373,16 +373,14 @@ type TokenBucket struct {
 }
 
 // RefillMS is how long an empty bucket takes to fill, rounded up to whole
-// milliseconds.
-func (b TokenBucket) RefillMS() int64 {
-	return (b.Burst*b.PeriodMS + b.Rate - 1) / b.Rate
-}
+// milliseconds (limits.Bucket.RefillMS).
+func (b TokenBucket) RefillMS() int64 { return limits.Bucket(b).RefillMS() }
 
-// Validate checks the bounds the scripts check (limits.CheckTokenBucket).
+// Validate checks the bounds the scripts check (limits.ValidateTokenBucket).
 // The refill time is bounded by MaxWindowMS, so every time a bucket stores
 // fits a key's TTL.
 func (b TokenBucket) Validate() error {
-	return invalid(limits.CheckTokenBucket(b.Rate, b.PeriodMS, b.Burst))
+	return invalid(limits.ValidateTokenBucket(b.Rate, b.PeriodMS, b.Burst))
 }
 
 // SlidingWindowKey is the key of the sliding window that (policy, subject)

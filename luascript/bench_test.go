@@ -1,7 +1,6 @@
 package luascript_test
 
 import (
-	"quotad/limits"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +8,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 )
 

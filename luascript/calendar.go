@@ -29,7 +29,7 @@ type CalendarPeriods struct {
 
 // CalendarAround computes the periods of c around now, for a subject
 // whose boundaries fall offset late (CalendarWindow.Offset). c must have
-// passed Check.
+// passed Validate.
 func CalendarAround(c limits.CalendarWindow, offset time.Duration, now time.Time) CalendarPeriods {
 	s1, e1 := c.Bounds(now.Add(-offset))
 	s0, _ := c.Bounds(s1.Add(-time.Nanosecond))
@@ -56,7 +56,7 @@ func CalendarPeriodKey(key string, startMS int64) string {
 // scripts do.
 func checkCalendar(a *Args) error {
 	spec, p := a.Spec, a.Periods
-	if err := limits.CheckLimit("limit", a.Limit); err != nil {
+	if err := limits.ValidateLimit("limit", a.Limit); err != nil {
 		return invalid(err)
 	}
 	if spec == "" || len(spec) > 128 {

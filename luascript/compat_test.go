@@ -1,10 +1,10 @@
 package luascript_test
 
 import (
-	"quotad/limits"
 	"strings"
 	"testing"
 
+	"quotad/limits"
 	"quotad/luascript"
 )
 

@@ -2,12 +2,13 @@ package luascript
 
 import (
 	"errors"
-	"quotad/limits"
 	"strings"
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
+
+	"quotad/limits"
 )
 
 func miniClient(t *testing.T) (*miniredis.Miniredis, rueidis.Client) {

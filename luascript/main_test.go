@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
-	"quotad/limits"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 )
 

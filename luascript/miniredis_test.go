@@ -2,7 +2,6 @@ package luascript_test
 
 import (
 	"errors"
-	"quotad/limits"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 )
 

@@ -2,11 +2,11 @@ package luascript_test
 
 import (
 	"errors"
-	"quotad/limits"
 	"testing"
 
 	"github.com/redis/rueidis"
 
+	"quotad/limits"
 	"quotad/luascript"
 )
 

@@ -10,10 +10,12 @@ import (
 	"strings"
 
 	"github.com/redis/rueidis"
+
+	"quotad/limits"
 )
 
-// MaxChecks bounds the checks of one multi-limit take.
-const MaxChecks = 8
+// MaxChecks bounds the checks of one multi-limit take (limits.MaxChecks).
+const MaxChecks = limits.MaxChecks
 
 var (
 	//go:embed multitake_redis.lua

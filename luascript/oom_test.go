@@ -3,12 +3,12 @@ package luascript_test
 import (
 	"context"
 	"errors"
-	"quotad/limits"
 	"strings"
 	"testing"
 
 	"github.com/redis/rueidis"
 
+	"quotad/limits"
 	"quotad/luascript"
 )
 

@@ -38,7 +38,7 @@ const (
 // when the reply arrived. The load starts at an arbitrary instant, so its
 // first period takes its whole limit at once: a cold start is a burst, and
 // a burst late in a period is the approximation's known worst case
-// (README), which the figure over the whole run shows. From the first
+// (docs/algorithms.md), which the figure over the whole run shows. From the first
 // period boundary on, the counts are in their steady state; the five
 // windows after it are measured. Offered takes are sent on a schedule,
 // each on its own goroutine, so a slow reply does not slow the offered

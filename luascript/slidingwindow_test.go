@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"quotad/limits"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 )
 

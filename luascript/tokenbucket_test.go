@@ -2,7 +2,6 @@ package luascript_test
 
 import (
 	"errors"
-	"quotad/limits"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"quotad/limits"
 	"quotad/luascript"
 )
 

@@ -4,21 +4,14 @@ import (
 	"strconv"
 	"time"
 
-	"quotad/luascript"
-	"quotad/protocol"
+	"quotad/limits"
 )
 
-// Algorithms beside AlgorithmFixedWindow. A policy whose algorithm changes
-// counts on new keys (each algorithm has its own key prefix), so its
-// subjects start fresh; no algorithm ever reads another's state.
-const (
-	AlgorithmTokenBucket = protocol.AlgorithmTokenBucket
-	AlgorithmConcurrency = protocol.AlgorithmConcurrency
-)
-
-// AlgorithmSlidingWindow has the fixed window's fields: limit, window and
+// A policy names one of package limits' algorithms. A policy whose
+// algorithm changes counts on new keys (each algorithm has its own key
+// prefix), so its subjects start fresh; no algorithm ever reads another's
+// state. A sliding window has the fixed window's fields: limit, window and
 // max_request_ids.
-const AlgorithmSlidingWindow = protocol.AlgorithmSlidingWindow
 
 // foreignFields refuses a field that belongs to another algorithm, so a
 // policy never silently ignores what its author meant to set. Names a known
@@ -39,15 +32,15 @@ func foreignFields(algo string, fp filePolicy, fail func(field, msg string) erro
 	}
 	var own []string
 	switch algo {
-	case AlgorithmFixedWindow:
+	case limits.FixedWindow:
 		own = []string{"limit", "window", "max_request_ids"}
-	case AlgorithmTokenBucket:
+	case limits.TokenBucket:
 		own = []string{"rate", "period", "burst", "dedupe", "max_request_ids"}
-	case AlgorithmConcurrency:
+	case limits.Concurrency:
 		own = []string{"limit", "lease"}
-	case AlgorithmSlidingWindow:
+	case limits.SlidingWindow:
 		own = []string{"limit", "window", "max_request_ids"}
-	case AlgorithmCalendar:
+	case limits.Calendar:
 		own = calendarOwn
 	default:
 		return nil
@@ -63,10 +56,11 @@ func foreignFields(algo string, fp filePolicy, fail func(field, msg string) erro
 	return nil
 }
 
-// durationMS parses a Go duration of whole milliseconds from 1ms to 31 days.
+// durationMS parses a Go duration of whole milliseconds from 1ms to
+// limits.MaxWindow.
 func durationMS(s string) (int64, bool) {
 	d, err := time.ParseDuration(s)
-	if err != nil || d%time.Millisecond != 0 || d < time.Millisecond || d > protocol.MaxWindowMS*time.Millisecond {
+	if err != nil || d%time.Millisecond != 0 || d < time.Millisecond || d > limits.MaxWindow {
 		return 0, false
 	}
 	return d.Milliseconds(), true
@@ -77,40 +71,50 @@ func buildTokenBucket(p *Policy, fp filePolicy, fail func(field, msg string) err
 		return nil, fail("rate", "is required (tokens per period)")
 	}
 	rate, ok := intField(fp.Rate)
-	if !ok || rate < 1 || rate > protocol.MaxLimit {
-		return nil, fail("rate", "must be an integer from 1 to 1000000000, got "+quote(fp.Rate.Value))
+	if !ok || rate < 1 || rate > limits.MaxLimit {
+		return nil, fail("rate", limitRange+quote(fp.Rate.Value))
 	}
 	if fp.Period == "" {
 		return nil, fail("period", "is required (a duration such as 1s, 1m, 1h)")
 	}
 	period, ok := durationMS(fp.Period)
 	if !ok {
-		return nil, fail("period", "must be whole milliseconds from 1ms to 744h (31 days), got "+quote(fp.Period))
+		return nil, fail("period", durationRange+quote(fp.Period))
 	}
 	burst := rate
 	if !fp.Burst.IsZero() {
-		if burst, ok = intField(fp.Burst); !ok || burst < 1 || burst > protocol.MaxLimit {
-			return nil, fail("burst", "must be an integer from 1 to 1000000000, got "+quote(fp.Burst.Value))
+		if burst, ok = intField(fp.Burst); !ok || burst < 1 || burst > limits.MaxLimit {
+			return nil, fail("burst", limitRange+quote(fp.Burst.Value))
 		}
 	}
-	if err := protocol.ValidTokenBucket(rate, period, burst); err != nil {
-		return nil, fail("burst", "burst * period / rate, the time to refill from empty, must be at most 744h (31 days)")
+	bucket := limits.Bucket{Rate: rate, PeriodMS: period, Burst: burst}
+	if err := bucket.Validate(); err != nil {
+		return nil, fail("burst", "burst * period / rate, the time to refill from empty, must be at most "+limits.MaxWindowText)
 	}
 	p.Rate, p.PeriodMS, p.Burst, p.Limit = rate, period, burst, burst
-	p.DedupeMS = luascript.TokenBucket{Rate: rate, PeriodMS: period, Burst: burst}.RefillMS()
+	p.DedupeMS = bucket.RefillMS()
 	if fp.Dedupe != "" {
 		if p.DedupeMS, ok = durationMS(fp.Dedupe); !ok {
-			return nil, fail("dedupe", "must be whole milliseconds from 1ms to 744h (31 days), got "+quote(fp.Dedupe))
+			return nil, fail("dedupe", durationRange+quote(fp.Dedupe))
 		}
 	}
-	if !fp.MaxRequestIDs.IsZero() {
-		n, ok := intField(fp.MaxRequestIDs)
-		if !ok || n < 1 || n > maxMaxRequestIDs {
-			return nil, fail("max_request_ids", "must be an integer from 1 to 1000000, got "+quote(fp.MaxRequestIDs.Value))
-		}
-		p.MaxRequestIDs = n
+	if err := readMaxRequestIDs(p, fp, fail); err != nil {
+		return nil, err
 	}
 	return p, nil
+}
+
+// readMaxRequestIDs reads a max_request_ids, when given, into p.
+func readMaxRequestIDs(p *Policy, fp filePolicy, fail func(field, msg string) error) error {
+	if fp.MaxRequestIDs.IsZero() {
+		return nil
+	}
+	n, ok := intField(fp.MaxRequestIDs)
+	if !ok || limits.ValidateMaxRequestIDs(n) != nil {
+		return fail("max_request_ids", maxIDsRange+quote(fp.MaxRequestIDs.Value))
+	}
+	p.MaxRequestIDs = n
+	return nil
 }
 
 func buildConcurrency(p *Policy, fp filePolicy, fail func(field, msg string) error) (*Policy, error) {
@@ -118,15 +122,15 @@ func buildConcurrency(p *Policy, fp filePolicy, fail func(field, msg string) err
 		return nil, fail("limit", "is required (leases held at once)")
 	}
 	limit, ok := intField(fp.Limit)
-	if !ok || limit < 1 || limit > protocol.MaxLeases {
-		return nil, fail("limit", "must be an integer from 1 to "+strconv.Itoa(protocol.MaxLeases)+", got "+quote(fp.Limit.Value))
+	if !ok || limit < 1 || limit > limits.MaxLeases {
+		return nil, fail("limit", "must be an integer from 1 to "+strconv.Itoa(limits.MaxLeases)+", got "+quote(fp.Limit.Value))
 	}
 	if fp.Lease == "" {
 		return nil, fail("lease", "is required (a duration such as 30s)")
 	}
 	lease, ok := durationMS(fp.Lease)
 	if !ok {
-		return nil, fail("lease", "must be whole milliseconds from 1ms to 744h (31 days), got "+quote(fp.Lease))
+		return nil, fail("lease", durationRange+quote(fp.Lease))
 	}
 	p.Limit, p.LeaseMS, p.MaxRequestIDs = limit, lease, 0
 	return p, nil

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"quotad/limits"
 )
 
 func TestParseConfigAlgorithms(t *testing.T) {
@@ -28,13 +30,13 @@ policies:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := cfg.Policies["smooth"]; p.Rate != 10 || p.PeriodMS != 1000 || p.Burst != 20 || p.Limit != 20 || p.DedupeMS != 2000 || p.MaxRequestIDs != DefaultMaxRequestIDs {
+	if p := cfg.Policies["smooth"]; p.Rate != 10 || p.PeriodMS != 1000 || p.Burst != 20 || p.Limit != 20 || p.DedupeMS != 2000 || p.MaxRequestIDs != limits.DefaultMaxRequestIDs {
 		t.Fatalf("smooth = %+v, want burst 20 as its limit and a 2 s refill as its dedupe horizon", p)
 	}
 	if p := cfg.Policies["default-burst"]; p.Burst != 3 || p.DedupeMS != 7_200_000 || p.MaxRequestIDs != 50 {
 		t.Fatalf("default-burst = %+v, want burst = rate, dedupe 2h", p)
 	}
-	if p := cfg.Policies["jobs"]; p.Algorithm != AlgorithmConcurrency || p.Limit != 2 || p.LeaseMS != 30000 {
+	if p := cfg.Policies["jobs"]; p.Algorithm != limits.Concurrency || p.Limit != 2 || p.LeaseMS != 30000 {
 		t.Fatalf("jobs = %+v", p)
 	}
 }

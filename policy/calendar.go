@@ -5,12 +5,7 @@ import (
 	"time"
 
 	"quotad/limits"
-	"quotad/protocol"
 )
-
-// AlgorithmCalendar is a fixed window aligned to the calendar of a time
-// zone.
-const AlgorithmCalendar = protocol.AlgorithmCalendar
 
 // calendarOwn are a calendar policy's fields.
 var calendarOwn = []string{"limit", "period", "time_zone", "week_start", "jitter", "max_request_ids"}
@@ -24,8 +19,8 @@ func buildCalendar(p *Policy, fp filePolicy, fail func(field, msg string) error)
 		return nil, fail("limit", "is required (units per period)")
 	}
 	limit, ok := intField(fp.Limit)
-	if !ok || limit < 1 || limit > protocol.MaxLimit {
-		return nil, fail("limit", "must be an integer from 1 to 1000000000, got "+quote(fp.Limit.Value))
+	if !ok || limit < 1 || limit > limits.MaxLimit {
+		return nil, fail("limit", limitRange+quote(fp.Limit.Value))
 	}
 	if fp.Period == "" {
 		return nil, fail("period", "is required: minute, hour, day, week or month")
@@ -49,7 +44,7 @@ func buildCalendar(p *Policy, fp filePolicy, fail func(field, msg string) error)
 		}
 		c.JitterMS = d.Milliseconds()
 	}
-	if err := c.Check(); err != nil {
+	if err := c.Validate(); err != nil {
 		var le *limits.Error
 		if !errors.As(err, &le) {
 			return nil, fail("", err.Error())
@@ -64,12 +59,8 @@ func buildCalendar(p *Policy, fp filePolicy, fail func(field, msg string) error)
 		}
 		return nil, fail(le.Field, le.Message)
 	}
-	if !fp.MaxRequestIDs.IsZero() {
-		n, ok := intField(fp.MaxRequestIDs)
-		if !ok || n < 1 || n > maxMaxRequestIDs {
-			return nil, fail("max_request_ids", "must be an integer from 1 to 1000000, got "+quote(fp.MaxRequestIDs.Value))
-		}
-		p.MaxRequestIDs = n
+	if err := readMaxRequestIDs(p, fp, fail); err != nil {
+		return nil, err
 	}
 	p.Limit, p.Period, p.TimeZone, p.WeekStart, p.JitterMS = c.Limit, c.Period, c.TimeZone, c.WeekStart, c.JitterMS
 	return p, nil

@@ -45,7 +45,7 @@ policies:
 	if n := cfg.Policies["weekly"].MaxRequestIDs; n != 20 {
 		t.Errorf("weekly: max_request_ids %d", n)
 	}
-	if n := cfg.Policies["daily"].MaxRequestIDs; n != DefaultMaxRequestIDs {
+	if n := cfg.Policies["daily"].MaxRequestIDs; n != limits.DefaultMaxRequestIDs {
 		t.Errorf("daily: max_request_ids %d, want the default", n)
 	}
 }

@@ -14,11 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"quotad/limits"
-	"quotad/protocol"
 )
-
-// Algorithms a policy may name.
-const AlgorithmFixedWindow = "fixed_window"
 
 // Policy modes. A shadow policy computes, consumes and counts like an
 // enforced one but always allows, so a new limit can be watched before it
@@ -28,13 +24,12 @@ const (
 	ModeShadow  = "shadow"
 )
 
-// DefaultMaxRequestIDs caps the request_id records of one window when a
-// policy does not set max_request_ids, and for inline limits.
-const DefaultMaxRequestIDs = 10_000
-
-// maxMaxRequestIDs bounds max_request_ids: each record is a hash field, so
-// this bounds the memory of one subject's window.
-const maxMaxRequestIDs = 1_000_000
+// Messages of the fields out of range; the bounds are package limits'.
+var (
+	limitRange    = "must be an integer from 1 to " + strconv.Itoa(limits.MaxLimit) + ", got "
+	durationRange = "must be whole milliseconds from 1ms to " + limits.MaxWindowText + ", got "
+	maxIDsRange   = "must be an integer from 1 to " + strconv.Itoa(limits.MaxRequestIDs) + ", got "
+)
 
 // Policy is one named limit from the config file.
 type Policy struct {
@@ -353,12 +348,12 @@ func editDistance(a, b string) int {
 
 func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 	fail := func(field, msg string) error { return &ConfigError{Policy: name, Field: field, Msg: msg} }
-	if !protocol.ValidPolicyName(name) {
-		return nil, &ConfigError{Policy: name, Msg: "name must be 1 to 64 of A-Z a-z 0-9 _ . -"}
+	if !limits.ValidPolicyName(name) {
+		return nil, &ConfigError{Policy: name, Msg: "name must be " + limits.PolicyNameChars}
 	}
-	p := &Policy{Name: name, Algorithm: fp.Algorithm, MaxRequestIDs: DefaultMaxRequestIDs}
+	p := &Policy{Name: name, Algorithm: fp.Algorithm, MaxRequestIDs: limits.DefaultMaxRequestIDs}
 	if p.Algorithm == "" {
-		p.Algorithm = AlgorithmFixedWindow
+		p.Algorithm = limits.FixedWindow
 	}
 	if err := foreignFields(p.Algorithm, fp, fail); err != nil {
 		return nil, err
@@ -377,15 +372,15 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 	}
 	// The fields every algorithm shares are set; now the algorithm's own.
 	switch p.Algorithm {
-	case AlgorithmFixedWindow:
-	case AlgorithmTokenBucket:
+	case limits.FixedWindow:
+	case limits.TokenBucket:
 		return buildTokenBucket(p, fp, fail)
-	case AlgorithmConcurrency:
+	case limits.Concurrency:
 		return buildConcurrency(p, fp, fail)
-	case AlgorithmSlidingWindow:
+	case limits.SlidingWindow:
 		// limit, window and max_request_ids, read below as for the fixed
 		// window.
-	case AlgorithmCalendar:
+	case limits.Calendar:
 		return buildCalendar(p, fp, fail)
 	default:
 		return nil, fail("algorithm", "unknown algorithm "+quote(p.Algorithm)+" (supported: fixed_window, token_bucket, concurrency, sliding_window, calendar)")
@@ -397,8 +392,8 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 	if !ok {
 		return nil, fail("limit", "must be an integer, got "+quote(fp.Limit.Value))
 	}
-	if limit < 1 || limit > protocol.MaxLimit {
-		return nil, fail("limit", "must be from 1 to 1000000000, got "+strconv.FormatInt(limit, 10))
+	if limit < 1 || limit > limits.MaxLimit {
+		return nil, fail("limit", "must be from 1 to "+strconv.Itoa(limits.MaxLimit)+", got "+strconv.FormatInt(limit, 10))
 	}
 	p.Limit = limit
 	if fp.Window == "" {
@@ -408,16 +403,12 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 	if err != nil {
 		return nil, fail("window", "not a duration: "+quote(fp.Window))
 	}
-	if w%time.Millisecond != 0 || w < time.Millisecond || w > protocol.MaxWindowMS*time.Millisecond {
-		return nil, fail("window", "must be whole milliseconds from 1ms to 744h (31 days), got "+fp.Window)
+	if w%time.Millisecond != 0 || w < time.Millisecond || w > limits.MaxWindow {
+		return nil, fail("window", durationRange+fp.Window)
 	}
 	p.WindowMS = w.Milliseconds()
-	if !fp.MaxRequestIDs.IsZero() {
-		n, ok := intField(fp.MaxRequestIDs)
-		if !ok || n < 1 || n > maxMaxRequestIDs {
-			return nil, fail("max_request_ids", "must be an integer from 1 to 1000000, got "+quote(fp.MaxRequestIDs.Value))
-		}
-		p.MaxRequestIDs = n
+	if err := readMaxRequestIDs(p, fp, fail); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

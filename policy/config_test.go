@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"quotad/limits"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -29,11 +31,11 @@ policies:
 		t.Fatal(err)
 	}
 	api := cfg.Policies["api"]
-	if api == nil || api.Limit != 100 || api.WindowMS != 60000 || api.MaxRequestIDs != 500 || api.Algorithm != AlgorithmFixedWindow {
+	if api == nil || api.Limit != 100 || api.WindowMS != 60000 || api.MaxRequestIDs != 500 || api.Algorithm != limits.FixedWindow {
 		t.Fatalf("api = %+v", api)
 	}
 	login := cfg.Policies["login.v2"]
-	if login == nil || login.WindowMS != 1500 || login.MaxRequestIDs != DefaultMaxRequestIDs {
+	if login == nil || login.WindowMS != 1500 || login.MaxRequestIDs != limits.DefaultMaxRequestIDs {
 		t.Fatalf("login.v2 = %+v", login)
 	}
 	if got := strings.Join(cfg.Names(), ","); got != "api,login.v2" {

@@ -101,8 +101,8 @@ func (r *Reloader) load(forced bool) {
 	WarnIfEmpty(r.Logger, r.Path, cfg)
 }
 
-// CheckConfigPoll validates how often a Reloader polls the policy file.
-func CheckConfigPoll(d time.Duration) error {
+// ValidateConfigPoll validates how often a Reloader polls the policy file.
+func ValidateConfigPoll(d time.Duration) error {
 	if d <= 0 {
 		return errors.New("--config-poll must be positive")
 	}

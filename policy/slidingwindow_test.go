@@ -13,7 +13,7 @@ func TestParseConfigSlidingWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := cfg.Policies["api"]
-	if p.Algorithm != AlgorithmSlidingWindow || p.Shape() != (limits.Sliding{Limit: 100, WindowMS: 60000}) || p.MaxRequestIDs != 50 {
+	if p.Algorithm != limits.SlidingWindow || p.Shape() != (limits.Sliding{Limit: 100, WindowMS: 60000}) || p.MaxRequestIDs != 50 {
 		t.Fatalf("api = %+v, shape %#v", p, p.Shape())
 	}
 	for _, tc := range []struct{ yaml, field string }{

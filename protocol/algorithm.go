@@ -19,9 +19,6 @@ const (
 // AlgorithmSlidingWindow is the two-window counter (limits.Sliding).
 const AlgorithmSlidingWindow = limits.SlidingWindow
 
-// MaxLeases bounds a concurrency limit (limits.MaxLeases).
-const MaxLeases = limits.MaxLeases
-
 // algorithmFields are the inline fields beyond limit and window_ms.
 const algorithmFields = fieldAlgorithm | fieldRate | fieldPeriodMS | fieldBurst | fieldLeaseMS | calendarFields
 
@@ -58,7 +55,7 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 		if r.fields&fieldLimit == 0 || r.fields&fieldWindowMS == 0 {
 			return invalid("fixed_window needs limit and window_ms")
 		}
-		return invalidShape(limits.CheckFixedWindow(r.Limit, r.WindowMS))
+		return invalidShape(limits.ValidateFixedWindow(r.Limit, r.WindowMS))
 	case AlgorithmTokenBucket:
 		if r.fields&fieldRate == 0 || r.fields&fieldPeriodMS == 0 {
 			return invalid("token_bucket needs rate and period_ms (burst defaults to rate)")
@@ -71,19 +68,19 @@ func (r *Request) validateAlgorithm(hasPolicy bool) error {
 		if r.fields&fieldLimit == 0 || r.fields&fieldLeaseMS == 0 {
 			return invalid("concurrency needs limit and lease_ms")
 		}
-		return invalidShape(limits.CheckConcurrency(r.Limit, r.LeaseMS))
+		return invalidShape(limits.ValidateConcurrency(r.Limit, r.LeaseMS))
 	case AlgorithmSlidingWindow:
 		if r.fields&fieldLimit == 0 || r.fields&fieldWindowMS == 0 {
 			return invalid("sliding_window needs limit and window_ms")
 		}
-		return invalidShape(limits.Sliding{Limit: r.Limit, WindowMS: r.WindowMS}.Check())
+		return invalidShape(limits.Sliding{Limit: r.Limit, WindowMS: r.WindowMS}.Validate())
 	case AlgorithmCalendar:
 		return r.validateCalendar()
 	}
 	return nil
 }
 
-// invalidShape turns a limits check's error into an INVALID reply.
+// invalidShape turns a limits validation's error into an INVALID reply.
 func invalidShape(err error) error {
 	if err == nil {
 		return nil
@@ -95,7 +92,7 @@ func invalidShape(err error) error {
 // burst tokens at most, and an empty bucket refills (burst * period_ms /
 // rate) within 31 days, so every time it stores fits a key's TTL.
 func ValidTokenBucket(rate, periodMS, burst int64) error {
-	return invalidShape(limits.CheckTokenBucket(rate, periodMS, burst))
+	return invalidShape(limits.ValidateTokenBucket(rate, periodMS, burst))
 }
 
 // validateRelease: a release names the lease it frees.

@@ -27,7 +27,7 @@ func (r *Request) validateCalendar() error {
 	} else if _, err := limits.LoadZone(r.TimeZone); err != nil {
 		return invalidShape(err)
 	}
-	return invalidShape(r.calendarShape().Check())
+	return invalidShape(r.calendarShape().Validate())
 }
 
 // calendarShape is the calendar window of the request's inline fields,

@@ -1,9 +1,10 @@
 package protocol
 
-import "strconv"
+import (
+	"strconv"
 
-// MaxChecks bounds the checks of one take.
-const MaxChecks = 8
+	"quotad/limits"
+)
 
 // A take of several limits, all or nothing, gives "checks" instead of one
 // addressing:
@@ -63,9 +64,9 @@ func (d *decoder) checks(r *Request) error {
 // check decodes one check's object into a new element of r.Checks. Its
 // keys are its own: a key of the check may also be one of the take.
 func (d *decoder) check(r *Request) error {
-	if len(r.Checks) == MaxChecks {
+	if len(r.Checks) == limits.MaxChecks {
 		// validateChecks refuses the take; the rest is only scanned.
-		d.fail(invalid("checks must hold 1 to " + strconv.Itoa(MaxChecks) + " checks"))
+		d.fail(invalid("checks must hold 1 to " + strconv.Itoa(limits.MaxChecks) + " checks"))
 		return d.skip(1)
 	}
 	seen := d.seen
@@ -120,17 +121,19 @@ func (r *Request) validateChecks() error {
 	if r.fields&(fieldSubject|fieldPolicy|fieldLimit|fieldWindowMS|algorithmFields) != 0 {
 		return invalid("give either checks or subject and its limits, not both")
 	}
-	if len(r.Checks) < 1 || len(r.Checks) > MaxChecks {
-		return invalid("checks must hold 1 to " + strconv.Itoa(MaxChecks) + " checks")
+	if len(r.Checks) < 1 || len(r.Checks) > limits.MaxChecks {
+		return invalid("checks must hold 1 to " + strconv.Itoa(limits.MaxChecks) + " checks")
 	}
-	if r.Cost < 1 || r.Cost > MaxLimit {
+	if r.Cost < 1 || r.Cost > limits.MaxLimit {
 		return invalid("cost must be an integer from 1 to the limit")
 	}
-	if r.fields&fieldRequestID != 0 && !validRequestID(r.RequestID) {
-		return invalid("request_id must be 1 to 64 of A-Z a-z 0-9 _ -")
+	if r.fields&fieldRequestID != 0 && !limits.ValidRequestID(r.RequestID) {
+		return invalid(limits.RequestIDRule)
 	}
-	if r.fields&fieldTimeoutMS != 0 && (r.TimeoutMS < 1 || r.TimeoutMS > MaxTimeoutMS) {
-		return invalid("timeout_ms must be an integer from 1 to 3600000")
+	if r.fields&fieldTimeoutMS != 0 {
+		if err := limits.ValidateTimeout(r.TimeoutMS); err != nil {
+			return invalid(err.Error())
+		}
 	}
 	for i := range r.Checks {
 		c := &r.Checks[i]

@@ -5,6 +5,9 @@
 // implements it and its examples are executed by the tests.
 //
 // The package knows nothing of Redis, policies or sockets beyond reading and
-// writing lines: it must never import a Redis client, so that the contract can
-// be read, tested and fuzzed on its own.
+// writing lines: it must never import a Redis client, luascript or policy, so
+// that the contract can be read, tested and fuzzed on its own. The bounds of a
+// request's fields and the algorithm names are package limits'; this package
+// only spells them on the wire. Its one quotad import is limits (a test in
+// limits fails otherwise).
 package protocol

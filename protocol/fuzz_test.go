@@ -13,6 +13,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"quotad/limits"
 	"quotad/protocol"
 )
 
@@ -101,7 +102,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("reply %q is not one valid JSON line", reply)
 		}
 		if r.ID != nil {
-			if len(r.ID) == 0 || len(r.ID) > protocol.MaxIDBytes || !json.Valid(r.ID) || !bytes.Contains(line, r.ID) {
+			if len(r.ID) == 0 || len(r.ID) > limits.MaxIDBytes || !json.Valid(r.ID) || !bytes.Contains(line, r.ID) {
 				t.Fatalf("ID %q is not a token of at most 128 bytes from the line", r.ID)
 			}
 			dec := json.NewDecoder(bytes.NewReader(r.ID))
@@ -144,7 +145,7 @@ func FuzzDecode(f *testing.F) {
 		default:
 			t.Fatalf("Decode accepted %q with op %v", line, r.Op)
 		}
-		if len(r.Checks) > protocol.MaxChecks || len(r.Checks) > 0 && (r.Op != protocol.OpTake || r.Subject != "") {
+		if len(r.Checks) > limits.MaxChecks || len(r.Checks) > 0 && (r.Op != protocol.OpTake || r.Subject != "") {
 			t.Fatalf("Decode(%q) accepted %d checks of a %v with subject %q", line, len(r.Checks), r.Op, r.Subject)
 		}
 		for i := range r.Checks {
@@ -239,7 +240,7 @@ func checkSubjectIsItsOwn(t *testing.T, line []byte, subject string) {
 			t.Fatalf("Decode(%q): subject %q followed by %s decodes to %q, %v; want INVALID", line, subject, lone, got, err)
 		}
 	}
-	if len(subject)+3 <= protocol.MaxSubjectBytes {
+	if len(subject)+3 <= limits.MaxSubjectBytes {
 		if got, err := decodeSubject(append(bytes.Clone(body), `\ufffd`...)); err != nil || got != subject+"\ufffd" {
 			t.Fatalf("Decode(%q): subject %q followed by \\ufffd decodes to %q, %v", line, subject, got, err)
 		}
@@ -346,14 +347,14 @@ func strictString(raw []byte) (s string, ok bool) {
 // checkAddressing asserts the field rules of an accepted take or peek.
 func checkAddressing(t *testing.T, line []byte, r *protocol.Request) {
 	t.Helper()
-	if r.Subject == "" || len(r.Subject) > protocol.MaxSubjectBytes || !utf8.ValidString(r.Subject) ||
+	if r.Subject == "" || len(r.Subject) > limits.MaxSubjectBytes || !utf8.ValidString(r.Subject) ||
 		strings.IndexFunc(r.Subject, unicode.IsControl) >= 0 {
 		t.Fatalf("Decode(%q) accepted subject %q", line, r.Subject)
 	}
 	if (r.Policy != "") == r.HasInline() {
 		t.Fatalf("Decode(%q) accepted policy %q with inline %v", line, r.Policy, r.HasInline())
 	}
-	if r.Policy != "" && !protocol.ValidPolicyName(r.Policy) {
+	if r.Policy != "" && !limits.ValidPolicyName(r.Policy) {
 		t.Fatalf("Decode(%q) accepted policy %q", line, r.Policy)
 	}
 	if r.HasInline() {
@@ -369,7 +370,7 @@ func checkAddressing(t *testing.T, line []byte, r *protocol.Request) {
 	if r.Op == protocol.OpSettle {
 		least = 0 // a refund
 	}
-	if r.Cost < least || r.Cost > protocol.MaxLimit || r.TimeoutMS < 0 || r.TimeoutMS > protocol.MaxTimeoutMS {
+	if r.Cost < least || r.Cost > limits.MaxLimit || r.TimeoutMS < 0 || r.TimeoutMS > limits.MaxTimeoutMS {
 		t.Fatalf("Decode(%q) accepted cost %d timeout_ms %d", line, r.Cost, r.TimeoutMS)
 	}
 	for _, c := range []byte(r.RequestID) {
@@ -377,7 +378,7 @@ func checkAddressing(t *testing.T, line []byte, r *protocol.Request) {
 			t.Fatalf("Decode(%q) accepted request_id %q", line, r.RequestID)
 		}
 	}
-	if len(r.RequestID) > protocol.MaxRequestIDBytes {
+	if len(r.RequestID) > limits.MaxRequestIDBytes {
 		t.Fatalf("Decode(%q) accepted request_id %q", line, r.RequestID)
 	}
 }
@@ -388,7 +389,7 @@ func checkInline(t *testing.T, line []byte, r *protocol.Request) {
 	t.Helper()
 	switch r.InlineAlgorithm() {
 	case protocol.AlgorithmFixedWindow:
-		if r.Limit < 1 || r.Limit > protocol.MaxLimit || r.WindowMS < 1 || r.WindowMS > protocol.MaxWindowMS {
+		if r.Limit < 1 || r.Limit > limits.MaxLimit || r.WindowMS < 1 || r.WindowMS > limits.MaxWindowMS {
 			t.Fatalf("Decode(%q) accepted limit %d window_ms %d", line, r.Limit, r.WindowMS)
 		}
 	case protocol.AlgorithmTokenBucket:
@@ -396,7 +397,7 @@ func checkInline(t *testing.T, line []byte, r *protocol.Request) {
 			t.Fatalf("Decode(%q) accepted a token bucket %+v", line, r)
 		}
 	case protocol.AlgorithmConcurrency:
-		if r.Limit < 1 || r.Limit > protocol.MaxLeases || r.LeaseMS < 1 || r.LeaseMS > protocol.MaxWindowMS || r.WindowMS != 0 || r.Rate != 0 {
+		if r.Limit < 1 || r.Limit > limits.MaxLeases || r.LeaseMS < 1 || r.LeaseMS > limits.MaxWindowMS || r.WindowMS != 0 || r.Rate != 0 {
 			t.Fatalf("Decode(%q) accepted a concurrency limit %+v", line, r)
 		}
 	default:

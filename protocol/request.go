@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"unicode"
 	"unicode/utf8"
+
+	"quotad/limits"
 )
 
 // Op is a request's operation.
@@ -34,17 +36,12 @@ func (o Op) String() string {
 	return "unknown"
 }
 
-// Bounds of request fields, enforced by Decode. Units are in the names.
-const (
-	MaxIDBytes        = 128
-	MaxSubjectBytes   = 256
-	MaxPolicyBytes    = 64
-	MaxRequestIDBytes = 64
-	MaxLimit          = 1_000_000_000
-	MaxWindowMS       = 31 * 24 * 60 * 60 * 1000
-	MaxTimeoutMS      = 60 * 60 * 1000
-	maxNesting        = 32
-)
+// maxNesting bounds the depth of JSON the decoder skips. The bounds of the
+// request's fields are package limits' (MaxSubjectBytes, MaxLimit, ...).
+const maxNesting = 32
+
+// idRule is the message of an id longer than limits.MaxIDBytes.
+var idRule = "id must be at most " + strconv.Itoa(limits.MaxIDBytes) + " bytes"
 
 // Request is a decoded, syntactically valid request. Fields that were absent
 // (or null) are zero; Has reports which ones were given.
@@ -143,8 +140,8 @@ func (r *Request) validate() error {
 	if r.fields&fieldSubject == 0 {
 		return invalid("subject is required")
 	}
-	if r.Subject == "" || len(r.Subject) > MaxSubjectBytes {
-		return invalid("subject must be 1 to 256 bytes")
+	if err := limits.ValidateSubject(r.Subject); err != nil {
+		return invalid(err.Error())
 	}
 	for _, c := range r.Subject {
 		if unicode.IsControl(c) {
@@ -160,26 +157,23 @@ func (r *Request) validate() error {
 	case hasPolicy && r.HasInline():
 		return invalid("give either policy or limit and window_ms, not both")
 	case hasPolicy:
-		if !validPolicyName(r.Policy) {
-			return invalid("policy must be 1 to 64 of A-Z a-z 0-9 _ . -")
+		if !limits.ValidPolicyName(r.Policy) {
+			return invalid("policy must be " + limits.PolicyNameChars)
 		}
 	case r.fields&fieldLimit == 0 || r.fields&fieldWindowMS == 0:
 		return invalid("give policy, or both limit and window_ms")
 	default:
-		if r.Limit < 1 || r.Limit > MaxLimit {
-			return invalid("limit must be an integer from 1 to 1000000000")
-		}
-		if r.WindowMS < 1 || r.WindowMS > MaxWindowMS {
-			return invalid("window_ms must be an integer from 1 to 2678400000 (31 days)")
+		if err := limits.ValidateFixedWindow(r.Limit, r.WindowMS); err != nil {
+			return invalid(err.Error())
 		}
 	}
 	if r.Op == OpTake {
 		// cost and request_id mean nothing to a peek, which ignores them.
-		if r.Cost < 1 || r.Cost > MaxLimit {
+		if r.Cost < 1 || r.Cost > limits.MaxLimit {
 			return invalid("cost must be an integer from 1 to the limit")
 		}
-		if r.fields&fieldRequestID != 0 && !validRequestID(r.RequestID) {
-			return invalid("request_id must be 1 to 64 of A-Z a-z 0-9 _ -")
+		if r.fields&fieldRequestID != 0 && !limits.ValidRequestID(r.RequestID) {
+			return invalid(limits.RequestIDRule)
 		}
 	}
 	if r.Op == OpRelease && r.Headers {
@@ -195,42 +189,12 @@ func (r *Request) validate() error {
 			return err
 		}
 	}
-	if r.fields&fieldTimeoutMS != 0 && (r.TimeoutMS < 1 || r.TimeoutMS > MaxTimeoutMS) {
-		return invalid("timeout_ms must be an integer from 1 to 3600000")
+	if r.fields&fieldTimeoutMS != 0 {
+		if err := limits.ValidateTimeout(r.TimeoutMS); err != nil {
+			return invalid(err.Error())
+		}
 	}
 	return nil
-}
-
-// ValidPolicyName reports whether s can name a policy: 1 to 64 of
-// A-Z a-z 0-9 _ . - (no ':', so keys built from it stay unambiguous).
-func ValidPolicyName(s string) bool { return validPolicyName(s) }
-
-func validPolicyName(s string) bool {
-	if s == "" || len(s) > MaxPolicyBytes {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isIDChar(c) && c != '.' {
-			return false
-		}
-	}
-	return true
-}
-
-func validRequestID(s string) bool {
-	if s == "" || len(s) > MaxRequestIDBytes {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !isIDChar(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func isIDChar(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
 
 func invalid(msg string) error { return newError(CodeInvalid, msg) }
@@ -405,8 +369,8 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 			d.fail(invalid("id must be a string or a number"))
 			return d.skip(0)
 		}
-		if d.pos-start > MaxIDBytes {
-			d.fail(invalid("id must be at most 128 bytes"))
+		if d.pos-start > limits.MaxIDBytes {
+			d.fail(invalid(idRule))
 			return nil
 		}
 		// Echo only a complete token: in {"id":01} the scan stops after

@@ -617,17 +617,6 @@ func TestOpString(t *testing.T) {
 	}
 }
 
-func TestValidPolicyName(t *testing.T) {
-	for name, want := range map[string]bool{
-		"api": true, "A.b-c_9": true, strings.Repeat("p", 64): true,
-		"": false, strings.Repeat("p", 65): false, "a:b": false, "a b": false, "é": false, "a/b": false,
-	} {
-		if got := protocol.ValidPolicyName(name); got != want {
-			t.Errorf("ValidPolicyName(%q) = %v, want %v", name, got, want)
-		}
-	}
-}
-
 func TestErrorIs(t *testing.T) {
 	e := &protocol.Error{Code: protocol.CodeInvalid, Message: "anything"}
 	if !errors.Is(e, protocol.ErrInvalid) {

@@ -1,6 +1,13 @@
 package protocol
 
-import "quotad/limits"
+import (
+	"strconv"
+
+	"quotad/limits"
+)
+
+// maxLimitText is limits.MaxLimit in messages.
+var maxLimitText = strconv.Itoa(limits.MaxLimit)
 
 // validateSettle: a settle names the accepted take by its request_id and
 // gives its actual cost, which may be 0 (a refund) and above the limit (the
@@ -13,10 +20,10 @@ func (r *Request) validateSettle() error {
 		return invalid(limits.RequestIDRule)
 	}
 	if r.fields&fieldCost == 0 {
-		return invalid("settle needs the cost the take actually had: 0 (a refund) to 1000000000")
+		return invalid("settle needs the cost the take actually had: 0 (a refund) to " + maxLimitText)
 	}
-	if r.Cost < 0 || r.Cost > MaxLimit {
-		return invalid("a settle's cost must be an integer from 0 to 1000000000")
+	if r.Cost < 0 || r.Cost > limits.MaxLimit {
+		return invalid("a settle's cost must be an integer from 0 to " + maxLimitText)
 	}
 	return nil
 }

@@ -3,8 +3,8 @@
 // Package rawio reads and writes sockets with raw system calls on Linux.
 // It is the only place quotad bypasses net.Conn's Read and Write, and it
 // must keep paying for itself: build with -tags norawio for plain
-// net.Conn I/O, and compare the two with make bench (README,
-// Performance). On other systems, and under norawio, Wrap and Dialer hand
+// net.Conn I/O, and compare the two with make bench
+// (docs/performance.md). On other systems, and under norawio, Wrap and Dialer hand
 // back plain connections.
 package rawio
 

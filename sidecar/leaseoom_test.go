@@ -14,7 +14,7 @@ import (
 // noeviction it is refused like any first write: UNAVAILABLE, nothing
 // written, the lease keeps the expiry it had. Peeks still answer and a
 // release still frees the lease (deleting is never refused), which is what
-// the README tells a holder to do.
+// docs/redis.md tells a holder to do.
 func TestLeaseRenewalUnderMaxmemoryIsRefused(t *testing.T) {
 	r := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", "noeviction"))
 	st := openStore(t, r.URL())

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"fmt"
 	"runtime"
+	"strings"
 
 	"quotad/policy"
 	"quotad/store"
@@ -11,8 +12,9 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// Log keys. They are a public interface (people grep and jq them); the
-// README documents each one. Change them only with a note in the README.
+// Log keys. They are a public interface (people grep and jq them);
+// docs/operations.md documents each one. Change them only with a note
+// there.
 const (
 	keySocket      = "socket"
 	keyStore       = "store"
@@ -87,12 +89,11 @@ type StartInfo struct {
 	ConfigPath string
 }
 
-// LogStart writes the start-up line (and the embedded-store warning), so an
-// operator sees in one place how this sidecar is configured.
+// LogStart writes the start-up line, so an operator sees in one place how
+// this sidecar is configured. On the embedded store it goes on with what a
+// newcomer running it for the first time needs: that quotas live in this
+// process only, and a take to try on the socket.
 func (s *Server) LogStart(info StartInfo) {
-	if s.store.Kind() == store.StoreEmbedded {
-		s.log.Warn("NO REDIS CONFIGURED: using an embedded store local to this process; quotas are not shared with any other sidecar and are lost on restart. Set --redis-url for real use.")
-	}
 	s.log.Info("quotad started",
 		zap.String(keyVersion, s.opts.Version),
 		zap.String(keySocket, info.Socket),
@@ -107,21 +108,42 @@ func (s *Server) LogStart(info StartInfo) {
 		zap.Int(keyInflight, s.opts.MaxInflightPerConn),
 		zap.Int(keyProcs, runtime.GOMAXPROCS(0)),
 	)
+	if s.store.Kind() == store.StoreEmbedded {
+		s.log.Warn("NO REDIS CONFIGURED: quotas live in an embedded in-memory store inside this process; they are not shared with any other sidecar and are lost on exit. Set QUOTAD_REDIS_URL (--redis-url) for real use.")
+		// The command is the message, not a field, so that the console
+		// format prints it as it can be pasted.
+		s.log.Info("try a take: " + tryTake(info.Socket))
+	}
 	policy.WarnIfEmpty(s.log, info.ConfigPath, s.Config())
 }
 
-// LogShutdown, LogForcedExit, LogShutdownTimeout and LogStopped report the
-// stages of a shutdown.
-func (s *Server) LogShutdown(reason string) {
+// tryTake is a shell command that sends one take to the socket at path, as
+// the README's first example does.
+func tryTake(path string) string {
+	return `echo '{"op":"take","subject":"alice","limit":5,"window_ms":60000}' | nc -N -U ` + shellQuote(path)
+}
+
+// shellQuote returns s as one shell word: itself when it holds only
+// characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-+:,=@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// logShutdown, logForcedExit, logShutdownTimeout and logStopped report the
+// stages of a shutdown (Run).
+func (s *Server) logShutdown(reason string) {
 	s.log.Info("shutting down", zap.String(keyReason, reason), zap.Int(keyConns, s.Conns()))
 }
 
-func (s *Server) LogForcedExit(signal string) {
+func (s *Server) logForcedExit(signal string) {
 	s.log.Warn("second signal: exiting now", zap.String(keyReason, signal))
 }
 
-func (s *Server) LogShutdownTimeout(err error) {
+func (s *Server) logShutdownTimeout(err error) {
 	s.log.Warn("shutdown timed out; unfinished requests were answered SHUTTING_DOWN", zap.Error(err))
 }
 
-func (s *Server) LogStopped() { s.log.Info("quotad stopped") }
+func (s *Server) logStopped() { s.log.Info("quotad stopped") }

@@ -26,7 +26,7 @@ func (o Options) Validate() error {
 	if o.MaxConnsPerPeer < 0 {
 		return errors.New("--max-conns-per-peer must be 0 (the default) or more")
 	}
-	return dispatch.CheckLogDecisions(o.LogDecisions)
+	return dispatch.ValidateLogDecisions(o.LogDecisions)
 }
 
 // ParseSocketMode reads the socket file's permissions for Listen from an

@@ -30,14 +30,14 @@ const (
 	// rueidis wrote to Redis each time its writer caught up with the
 	// callers, which was 31% of the CPU of BenchmarkSocketPipelined;
 	// 20us cut that benchmark's CPU per take by 30% and did not change
-	// BenchmarkSocketOneAtATime's (see the README's performance section).
+	// BenchmarkSocketOneAtATime's (see docs/performance.md).
 	DefaultFlushDelay = 20 * time.Microsecond
 	// DefaultProcs is the --procs default: quotad's Go code runs on one
 	// thread at a time. Its work is short and waits on sockets; with more
 	// processors the runtime woke idle threads to look for work at every
 	// request and kept its monitor thread waking every 20 µs, which on a
 	// 2-core machine cost more CPU than the requests and took it from Redis
-	// and the clients (see README, Performance).
+	// and the clients (see docs/performance.md).
 	DefaultProcs = 1
 	// DefaultIdleTimeout is the --idle-timeout default: off. A pooled
 	// client's idle connection looks like a forgotten one, and closing it

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"quotad/limits"
 	"runtime"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 	"quotad/policy"
 	"quotad/protocol"

@@ -68,11 +68,11 @@ func TestLateAnswerNeverClosesTheBreaker(t *testing.T) {
 	st := &Store{kind: StoreRedis, log: zap.NewNop()}
 	st.damper.every = time.Second
 	st.setUp(true, true, nil)
-	st.Observe("k", errors.New("connection reset"))
+	st.Observe("k", HealthDown, errors.New("connection reset"))
 	if st.Up() {
 		t.Fatal("a transport error left the breaker closed")
 	}
-	st.Observe("k", nil)
+	st.Observe("k", HealthUp, nil)
 	if st.Up() || st.LastError() == nil {
 		t.Fatalf("a late answer closed the breaker (up %v) or cleared why it opened (%v)", st.Up(), st.LastError())
 	}

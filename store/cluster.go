@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // keyNode is the log key of a Cluster node's address.
@@ -57,15 +58,16 @@ const slotCount = keyslot.Count
 //
 // rueidis routes each call by its own copy of the map, which it refreshes
 // after MOVED, CLUSTERDOWN or a failed connection, and every
-// routingRefresh, each time a random delay of up to a second later. Reading the map here as well lets Check refuse only the
+// routingRefresh, each time a random delay of up to a second later. Reading the map here as well lets Admit refuse only the
 // slots of a node that is down, and allow them again as soon as a node names
 // the promoted replica. The probe's PING of a dead master, and one more
 // when it loses its slots, fail to connect, which is what makes rueidis
 // refresh its own map without waiting for a request to fail on it.
 type clusterHealth struct {
-	log     *zap.Logger
-	every   time.Duration // the probe interval: each owner's damping counts these
-	timeout time.Duration // bounds every read and PING
+	log           *zap.Logger
+	topologyLevel zapcore.Level // Store.topologyLevel
+	every         time.Duration // the probe interval: each owner's damping counts these
+	timeout       time.Duration // bounds every read and PING
 	// staleFor is how long after a slot changed owner rueidis may still
 	// route calls on it to the previous owner: its periodic refresh, the
 	// random delay before a refresh runs (up to 1s), and a call's deadline.
@@ -104,7 +106,7 @@ type slotMap struct {
 type clusterNode struct {
 	addr string
 	breaker
-	downErr error       // what Check returns while the breaker is open
+	downErr error       // what Admit returns while the breaker is open
 	pinging atomic.Bool // a PING of the node is in flight
 }
 
@@ -152,8 +154,8 @@ func (s *Store) Nodes() []NodeHealth {
 	return out
 }
 
-// check is Store.Check on a Cluster.
-func (ch *clusterHealth) check(key string) error {
+// admit is Store.Admit on a Cluster.
+func (ch *clusterHealth) admit(key string) error {
 	if n := ch.slots.Load().slots[keyslot.Of(key)]; n != nil && n.health.Load() == healthDown {
 		return n.downErr
 	}
@@ -189,11 +191,11 @@ func (ch *clusterHealth) lastError() error {
 // within ch.staleFor of the slot leaving an owner that is down (a
 // failover): rueidis may still have sent the call to the old owner, and
 // its failure must not stop the promoted replica.
-func (ch *clusterHealth) observe(key string, err error) {
+func (ch *clusterHealth) observe(key string, up bool, err error) {
 	m := ch.slots.Load()
 	slot := keyslot.Of(key)
 	n := m.slots[slot]
-	if err == nil || isRedisReply(err) {
+	if up {
 		if err != nil && mapIsStale(err) {
 			ch.stale.Store(true)
 		}
@@ -201,9 +203,6 @@ func (ch *clusterHealth) observe(key string, err error) {
 			ch.set(n, true, false, nil)
 		}
 		return
-	}
-	if errors.Is(err, context.Canceled) {
-		return // the caller gave up; says nothing about Redis
 	}
 	ch.stale.Store(true)
 	if addr := dialedAddr(err); addr != "" {
@@ -269,7 +268,7 @@ func (ch *clusterHealth) changed(n *clusterNode, changed, up bool, need int, err
 		return
 	}
 	if up {
-		ch.log.Info("redis node is up", zap.String(keyNode, n.addr))
+		ch.log.Log(ch.topologyLevel, "redis node is up", zap.String(keyNode, n.addr))
 	} else {
 		ch.readFast()
 		ch.log.Warn("redis node is down", zap.String(keyNode, n.addr), zap.Error(err), zap.Int(keyCloseProbes, need))
@@ -416,7 +415,7 @@ func (ch *clusterHealth) readSlots(ctx context.Context, nodes map[string]rueidis
 	ch.slots.Store(m)
 	ch.readFast()
 	ch.summarize()
-	ch.log.Info("redis cluster slot map changed", zap.Strings("owners", ownerAddrs(m.owners)))
+	ch.log.Log(ch.topologyLevel, "redis cluster slot map changed", zap.Strings("owners", ownerAddrs(m.owners)))
 	var fresh, gone []*clusterNode
 	for _, n := range m.owners {
 		if n.health.Load() == healthUnknown {

@@ -47,13 +47,13 @@ func TestClusterFailureStopsOnlyItsNode(t *testing.T) {
 	refusedB := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2}, Err: errors.New("connection refused")}
 
 	// A call on a's slot that rueidis sent to b (an older slot map).
-	ch.observe(onA, refusedB)
-	if err := ch.check(onA); err != nil {
-		t.Errorf("check(a's key) = %v after b refused a connection, want nil", err)
+	ch.observe(onA, false, refusedB)
+	if err := ch.admit(onA); err != nil {
+		t.Errorf("admit(a's key) = %v after b refused a connection, want nil", err)
 	}
-	err := ch.check(onB)
+	err := ch.admit(onB)
 	if !errors.Is(err, ErrBreakerOpen) || !strings.Contains(err.Error(), "127.0.0.1:2") {
-		t.Errorf("check(b's key) = %v, want a breaker-open error naming 127.0.0.1:2", err)
+		t.Errorf("admit(b's key) = %v, want a breaker-open error naming 127.0.0.1:2", err)
 	}
 	if ch.allUp() || !ch.anyUp() {
 		t.Errorf("one of two masters down: allUp %v anyUp %v, want false and true", ch.allUp(), ch.anyUp())
@@ -63,34 +63,28 @@ func TestClusterFailureStopsOnlyItsNode(t *testing.T) {
 	}
 
 	// A timeout names no node: it counts against the slot's owner.
-	ch.observe(onA, context.DeadlineExceeded)
-	if !errors.Is(ch.check(onA), ErrBreakerOpen) || ch.anyUp() {
-		t.Errorf("after a timeout on a's key: check %v, anyUp %v; want breaker open, false", ch.check(onA), ch.anyUp())
+	ch.observe(onA, false, context.DeadlineExceeded)
+	if !errors.Is(ch.admit(onA), ErrBreakerOpen) || ch.anyUp() {
+		t.Errorf("after a timeout on a's key: admit %v, anyUp %v; want breaker open, false", ch.admit(onA), ch.anyUp())
 	}
 
 	// A late answer does not close a breaker; a probe does.
-	ch.observe(onA, nil)
-	if ch.check(onA) == nil {
+	ch.observe(onA, true, nil)
+	if ch.admit(onA) == nil {
 		t.Error("a late answer closed a's breaker")
 	}
 	ch.probed(ch.slots.Load().byAddr["127.0.0.1:1"], nil)
-	if ch.check(onA) != nil || !ch.anyUp() || ch.allUp() {
-		t.Errorf("after a's probe: check %v anyUp %v allUp %v, want nil, true, false", ch.check(onA), ch.anyUp(), ch.allUp())
-	}
-
-	// A cancelled call says nothing.
-	ch.observe(onA, context.Canceled)
-	if ch.check(onA) != nil {
-		t.Error("a cancelled call opened a's breaker")
+	if ch.admit(onA) != nil || !ch.anyUp() || ch.allUp() {
+		t.Errorf("after a's probe: admit %v anyUp %v allUp %v, want nil, true, false", ch.admit(onA), ch.anyUp(), ch.allUp())
 	}
 }
 
 // A new slot map keeps the breakers of the owners it still has; a new
-// owner starts unknown, which Check lets through.
+// owner starts unknown, which Admit lets through.
 func TestClusterSlotMapKeepsKnownOwners(t *testing.T) {
 	ch, onA, onB := testClusterHealth(t)
-	ch.observe(onA, context.DeadlineExceeded)
-	ch.observe(onB, context.DeadlineExceeded)
+	ch.observe(onA, false, context.DeadlineExceeded)
+	ch.observe(onB, false, context.DeadlineExceeded)
 	old := ch.slots.Load()
 	// b:1 died and 127.0.0.1:3 took over its slots.
 	m := buildSlotMap([]slotRange{{0, 8191, "127.0.0.1:1"}, {8192, 16383, "127.0.0.1:3"}}, old, time.Second)
@@ -99,11 +93,11 @@ func TestClusterSlotMapKeepsKnownOwners(t *testing.T) {
 	if m.byAddr["127.0.0.1:1"] != old.byAddr["127.0.0.1:1"] {
 		t.Error("the new map lost a's breaker")
 	}
-	if ch.check(onA) == nil {
+	if ch.admit(onA) == nil {
 		t.Error("a's breaker closed with the new map")
 	}
-	if err := ch.check(onB); err != nil {
-		t.Errorf("check on the new owner's slot = %v, want nil", err)
+	if err := ch.admit(onB); err != nil {
+		t.Errorf("admit on the new owner's slot = %v, want nil", err)
 	}
 	if ch.anyUp() {
 		t.Error("anyUp with one owner down and one not probed yet")
@@ -112,31 +106,31 @@ func TestClusterSlotMapKeepsKnownOwners(t *testing.T) {
 	// Soon after the change, a timeout on b's old slots may come from a
 	// call rueidis still sent to b, which is down: it does not stop the
 	// new owner.
-	ch.observe(onB, context.DeadlineExceeded)
-	if err := ch.check(onB); err != nil {
-		t.Errorf("check on the new owner's slot = %v after a timeout right after the change, want nil", err)
+	ch.observe(onB, false, context.DeadlineExceeded)
+	if err := ch.admit(onB); err != nil {
+		t.Errorf("admit on the new owner's slot = %v after a timeout right after the change, want nil", err)
 	}
 	// Later, it is the new owner's.
 	later := *m
 	later.at = time.Now().Add(-ch.staleFor)
 	ch.slots.Store(&later)
-	ch.observe(onB, context.DeadlineExceeded)
-	if err := ch.check(onB); !errors.Is(err, ErrBreakerOpen) || !strings.Contains(err.Error(), "127.0.0.1:3") {
-		t.Errorf("check on the new owner's slot = %v after a later timeout, want its breaker open", err)
+	ch.observe(onB, false, context.DeadlineExceeded)
+	if err := ch.admit(onB); !errors.Is(err, ErrBreakerOpen) || !strings.Contains(err.Error(), "127.0.0.1:3") {
+		t.Errorf("admit on the new owner's slot = %v after a later timeout, want its breaker open", err)
 	}
 }
 
-// A standalone store's Check is its one breaker.
+// A standalone store's Admit is its one breaker.
 func TestStandaloneCheckIsTheBreaker(t *testing.T) {
 	st := &Store{kind: StoreRedis, log: zap.NewNop()}
 	st.damper.every = time.Second
 	st.setUp(true, true, nil)
-	if err := st.Check("any"); err != nil {
-		t.Fatalf("Check with Redis up = %v", err)
+	if err := st.Admit("any"); err != nil {
+		t.Fatalf("Admit with Redis up = %v", err)
 	}
-	st.Observe("other", errors.New("connection reset"))
-	if err := st.Check("any"); !errors.Is(err, ErrBreakerOpen) {
-		t.Fatalf("Check with the breaker open = %v, want ErrBreakerOpen", err)
+	st.Observe("other", HealthDown, errors.New("connection reset"))
+	if err := st.Admit("any"); !errors.Is(err, ErrBreakerOpen) {
+		t.Fatalf("Admit with the breaker open = %v, want ErrBreakerOpen", err)
 	}
 }
 
@@ -175,12 +169,12 @@ func TestClusterStoreFailover(t *testing.T) {
 	}
 	dead := c.Masters[1].Addr()
 	c.KillMaster(t, 1)
-	waitFor(t, "the dead master's breaker to open", func() bool { return st.Check(onDead) != nil })
-	if err := st.Check(onDead); !errors.Is(err, ErrBreakerOpen) || !strings.Contains(err.Error(), dead) {
-		t.Errorf("Check on the dead master's key = %v, want breaker open naming %s", err, dead)
+	waitFor(t, "the dead master's breaker to open", func() bool { return st.Admit(onDead) != nil })
+	if err := st.Admit(onDead); !errors.Is(err, ErrBreakerOpen) || !strings.Contains(err.Error(), dead) {
+		t.Errorf("Admit on the dead master's key = %v, want breaker open naming %s", err, dead)
 	}
-	if err := st.Check(onLive); err != nil {
-		t.Errorf("Check on a live master's key = %v, want nil", err)
+	if err := st.Admit(onLive); err != nil {
+		t.Errorf("Admit on a live master's key = %v, want nil", err)
 	}
 	client, err := st.Client()
 	if err != nil {
@@ -201,11 +195,15 @@ func TestClusterStoreFailover(t *testing.T) {
 	}
 	c.WaitPromoted(t, 1)
 	waitFor(t, "the promoted replica to serve", func() bool {
-		if st.Check(onDead) != nil || !st.Up() {
+		if st.Admit(onDead) != nil || !st.Up() {
 			return false
 		}
 		err := client.Do(ctx, client.B().Set().Key(onDead).Value("1").Build()).Error()
-		st.Observe(onDead, err)
+		h := HealthDown
+		if err == nil || isRedisReply(err) {
+			h = HealthUp
+		}
+		st.Observe(onDead, h, err)
 		return err == nil
 	})
 	if st.LastError() != nil {

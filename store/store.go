@@ -13,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"quotad/rawio"
 )
@@ -36,12 +37,17 @@ const (
 // waiting out the timeout. Only the background probe closes it (see damper).
 //
 // On a Redis Cluster each node that owns slots has a breaker of its own
-// (cluster.go): Check refuses a request only when the node serving its key
+// (cluster.go): Admit refuses a request only when the node serving its key
 // is down, so a dead master stops its own slots and no others.
 type Store struct {
-	kind   string
-	log    *zap.Logger
-	client atomic.Pointer[rueidis.Client]
+	kind string
+	log  *zap.Logger
+	// topologyLevel is the level of the lines that say Redis, or a Cluster
+	// node, is up and which nodes own the slots: info, but debug for the
+	// embedded store, one node in this process that answers as a Cluster
+	// and has no topology worth an operator's attention.
+	topologyLevel zapcore.Level
+	client        atomic.Pointer[rueidis.Client]
 	// breaker is the health of a single server or a Sentinel's master, and
 	// of the connection attempts before a Cluster is known.
 	breaker
@@ -125,6 +131,7 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	var copt rueidis.ClientOption
 	if opts.RedisURL == "" {
 		s.kind = StoreEmbedded
+		s.topologyLevel = zapcore.DebugLevel
 		s.embed = miniredis.NewMiniRedis()
 		s.embed.ClockTTL(true) // TTLs follow the wall clock, like a real Redis
 		if err := s.embed.StartAddr("127.0.0.1:0"); err != nil {
@@ -185,7 +192,7 @@ func (s *Store) ProbeInterval() time.Duration { return s.damper.every }
 // Client returns the rueidis client; ErrNotConnected before the first
 // connection. On a single server or Sentinel it returns ErrBreakerOpen
 // while Redis is down; on a Cluster only while no node that owns slots is
-// known to be up (Check tells about one key's node).
+// known to be up (Admit tells about one key's node).
 func (s *Store) Client() (rueidis.Client, error) {
 	c := s.client.Load()
 	if c == nil {
@@ -208,13 +215,13 @@ func (s *Store) Client() (rueidis.Client, error) {
 	return *c, nil
 }
 
-// Check reports whether a call on key may be sent: nil when the Redis that
+// Admit reports whether a call on key may be sent: nil when the Redis that
 // serves key is not known to be down. On a Cluster that is the node owning
 // key's slot, and the error (wrapping ErrBreakerOpen) names it; elsewhere it
 // is the one breaker. It costs a hash of the key and two atomic reads.
-func (s *Store) Check(key string) error {
+func (s *Store) Admit(key string) error {
 	if ch := s.cluster.Load(); ch != nil {
-		return ch.check(key)
+		return ch.admit(key)
 	}
 	if s.health.Load() == healthDown {
 		return ErrBreakerOpen
@@ -222,24 +229,35 @@ func (s *Store) Check(key string) error {
 	return nil
 }
 
-// Observe records the outcome of a call on key: an answer from Redis (even
-// an error reply) means the Redis serving key is up; a transport error or
-// timeout means it is not. On a Cluster a failure to reach another node
+// Health is what the result of a call tells of the Redis that served it,
+// as its caller judged it.
+type Health int8
+
+const (
+	// HealthNone: nothing; the call was not sent, its caller gave up, or
+	// it had too little time at Redis for its running out to count.
+	HealthNone Health = iota
+	// HealthUp: Redis answered, even with an error reply.
+	HealthUp
+	// HealthDown: Redis did not answer a call that had time to.
+	HealthDown
+)
+
+// Observe records what a call on key found, h, with its error (nil for
+// none): an answer from Redis means the Redis serving key is up, and a
+// failure that it is not. On a Cluster an error reply that says the slot
+// map moved has the map read again, and a failure to reach another node
 // than key's slot owner (the client's slot map was older) counts against
 // that node.
-func (s *Store) Observe(key string, err error) {
+func (s *Store) Observe(key string, h Health, err error) {
+	if h == HealthNone {
+		return
+	}
 	if ch := s.cluster.Load(); ch != nil {
-		ch.observe(key, err)
+		ch.observe(key, h == HealthUp, err)
 		return
 	}
-	if err == nil || isRedisReply(err) {
-		s.setUp(true, false, nil)
-		return
-	}
-	if errors.Is(err, context.Canceled) {
-		return // the caller gave up; says nothing about Redis
-	}
-	s.setUp(false, false, err)
+	s.setUp(h == HealthUp, false, err)
 }
 
 // setUp moves the one breaker's health to up or down (see breaker.set) and
@@ -254,7 +272,7 @@ func (s *Store) logChange(changed, up bool, need int, err error) {
 		return
 	}
 	if up {
-		s.log.Info("redis is up")
+		s.log.Log(s.topologyLevel, "redis is up")
 	} else {
 		s.log.Warn("redis is down", zap.Error(err), zap.Int(keyCloseProbes, need))
 	}
@@ -284,8 +302,9 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 	}
 	if c.Mode() == rueidis.ClientModeCluster {
 		ch := newClusterHealth(s.log, every, s.timeout, routingRefresh(every))
+		ch.topologyLevel = s.topologyLevel
 		// The first slot map and node health before the client is
-		// published, so that Check never runs without them.
+		// published, so that Admit never runs without them.
 		ch.probe(ctx, c)
 		ch.pings.Wait()
 		s.cluster.Store(ch)

@@ -1,11 +1,13 @@
 package store
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"quotad/integration/redistest"
@@ -115,4 +117,33 @@ func TestStartedAfterTheFirstConnectionAttempt(t *testing.T) {
 		st.Close()
 	}
 	redistest.WaitDelayedRefreshes(t)
+}
+
+// The embedded store answers as a one-node Redis Cluster: the lines that
+// report a Redis's topology (up, the slot map) are debug for it, so that a
+// newcomer's first lines are not about a cluster they never started. A real
+// Redis still reports them at info.
+func TestEmbeddedStoreTopologyIsDebug(t *testing.T) {
+	r := redistest.Start(t)
+	topology := []string{"redis is up", "redis node is up", "redis cluster slot map changed"}
+	for _, tc := range []struct {
+		url  string
+		want zapcore.Level
+	}{{"", zapcore.DebugLevel}, {r.URL(), zapcore.InfoLevel}} {
+		core, logs := observer.New(zapcore.DebugLevel)
+		st, err := OpenStore(StoreOptions{RedisURL: tc.url, Timeout: time.Second, Logger: zap.New(core)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, `a "redis is up" log line`, func() bool { return logs.FilterMessage("redis is up").Len() > 0 })
+		st.Close()
+		for _, e := range logs.All() {
+			if slices.Contains(topology, e.Message) && e.Level != tc.want {
+				t.Errorf("store %q: %q logged at %v, want %v", tc.url, e.Message, e.Level, tc.want)
+			}
+		}
+		if tc.url == "" && logs.FilterMessage("redis cluster slot map changed").Len() == 0 {
+			t.Errorf("embedded store: no slot map line at debug (logs %v)", logs.All())
+		}
+	}
 }

@@ -45,13 +45,13 @@ var errStepsNeedID = &protocol.Error{Code: protocol.CodeInvalid, Message: "a tak
 	"Redis Cluster needs a request_id: it is taken a slot at a time, and the request_id names what a denial gives back " +
 	"(or give every check's subject the same hash tag, such as {tenant-42}, for one script)"}
 
-// slotGroups are the checks of m by hash slot, in the order their slots
-// first appear.
-func (m *multi) slotGroups() [][]int {
+// slotGroups are the indexes of checks by hash slot, in the order their
+// slots first appear.
+func slotGroups(checks []check) [][]int {
 	var groups [][]int
 	at := map[uint16]int{}
-	for i, c := range m.checks {
-		s := keyslot.Of(c.key)
+	for i := range checks {
+		s := keyslot.Of(checks[i].key)
 		g, ok := at[s]
 		if !ok {
 			g = len(groups)
@@ -63,113 +63,78 @@ func (m *multi) slotGroups() [][]int {
 	return groups
 }
 
-func (m *multi) pick(idx []int) []luascript.MultiCheck {
-	out := make([]luascript.MultiCheck, len(idx))
-	for j, i := range idx {
-		out[j] = m.calls[i]
-	}
-	return out
-}
-
 // steps decides dec, a take whose keys are in several slots, a slot at a
-// time.
-func (d *Dispatcher) steps(dec *Decision) {
-	m, o, req := dec.multi, &dec.Out, dec.req
-	client, err := d.store.Client()
-	if err != nil {
-		d.undecided(dec, err)
-		d.finish(dec)
-		return
-	}
-	client = d.metrics.instrument(client)
-	groups := m.slotGroups()
+// time, each step under a deadline of its own.
+func (d *Dispatcher) steps(dec *Decision, client rueidis.Client) {
+	groups := slotGroups(dec.checks)
 	var accepted [][]int
-	allowed, replay := true, true
-	fail := func(err error) {
-		d.giveBack(client, dec, accepted)
-		d.undecided(dec, err)
-		d.finish(dec)
-	}
 	for gi, g := range groups {
-		key := m.checks[g[0]].key
-		if err := d.store.Check(key); err != nil {
-			fail(err)
-			return
-		}
-		call, err := luascript.MultiTakeCall(m.pick(g), req.RequestID, m.digest)
+		ok, err := d.step(dec, client, g)
 		if err != nil {
-			fail(err)
+			d.giveBack(client, dec, accepted)
+			d.end(dec, err)
 			return
 		}
-		ctx, cancel := context.WithTimeout(d.opts.Context, d.stepTimeout(req))
-		dec.sent = time.Now()
-		res := call.Exec(ctx, client)
-		cancel()
-		r, err := luascript.ParseMultiTake(res, len(g))
-		d.observe(key, err, false)
-		if err != nil {
-			fail(err)
-			return
-		}
-		ok, rep, err := d.parseChecks(dec, g, r)
-		if err != nil {
-			fail(err)
-			return
-		}
-		replay = replay && rep
 		if !ok {
-			allowed = false
 			for _, later := range groups[gi+1:] {
 				for _, i := range later {
-					oc := &o.Checks[i]
-					oc.Allowed, oc.Skipped, oc.Remaining = true, true, oc.Limit
+					dec.out(i).skip()
 				}
 			}
+			d.giveBack(client, dec, accepted)
 			break
 		}
 		accepted = append(accepted, g)
 	}
-	if !allowed {
-		d.giveBack(client, dec, accepted)
-	}
-	d.finishMulti(dec, allowed, replay)
+	d.conclude(dec)
 }
 
-// stepTimeout is the deadline of one step: --redis-timeout, or the
-// request's shorter timeout_ms.
-func (d *Dispatcher) stepTimeout(req *protocol.Request) time.Duration {
-	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < d.opts.RedisTimeout {
-		return t
+// step takes the checks g of dec, whose keys share a slot, as one script
+// on their node, and reports whether every enforced one accepted.
+func (d *Dispatcher) step(dec *Decision, client rueidis.Client, g []int) (bool, error) {
+	key := dec.checks[g[0]].key
+	if err := d.store.Admit(key); err != nil {
+		return false, err
 	}
-	return d.opts.RedisTimeout
+	call, err := luascript.MultiTakeCall(dec.takes(g), dec.req.RequestID, dec.digest)
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := d.depart(dec, time.Now())
+	defer cancel()
+	ok, err := d.read(dec, g, call.Exec(ctx, client))
+	d.observe(key, err, &dec.trip)
+	return ok, err
 }
 
 // giveBack gives back what the accepted groups' checks consumed in this
 // take: those that accepted and did not replay. One that cannot be given
 // back keeps its cost until its limits free it (see above), and is logged.
 func (d *Dispatcher) giveBack(client rueidis.Client, dec *Decision, groups [][]int) {
-	m, o := dec.multi, &dec.Out
 	for _, g := range groups {
 		var idx []int
 		for _, i := range g {
-			if oc := &o.Checks[i]; oc.Allowed && !oc.Replay {
+			if o := dec.out(i); o.Allowed && !o.Replay {
 				idx = append(idx, i)
 			}
 		}
 		if len(idx) == 0 {
 			continue
 		}
-		call, err := luascript.MultiGiveBackCall(m.pick(idx), dec.req.RequestID, m.digest)
+		call, err := luascript.MultiGiveBackCall(dec.takes(idx), dec.req.RequestID, dec.digest)
 		var given []bool
 		if err == nil {
-			ctx, cancel := context.WithTimeout(d.opts.Context, d.opts.RedisTimeout)
+			// A give back is the take's cleanup: it gets a whole
+			// --redis-timeout, whatever the take's own deadline.
+			at, _ := d.deadline(nil, time.Now())
+			ctx, cancel := context.WithDeadline(d.opts.Context, at)
 			given, err = luascript.ParseMultiGiveBack(call.Exec(ctx, client), len(idx))
 			cancel()
 		}
 		for j, i := range idx {
 			if err != nil || !given[j] {
 				d.log.Warn("could not give back a check of a denied take: it holds its cost until its limits free it",
-					zap.String(keyKey, m.checks[i].key), zap.String(keyRequestID, dec.req.RequestID), zap.Error(err))
+					zap.String(keyKey, dec.checks[i].key), zap.String(keyRequestID, dec.req.RequestID), zap.Error(err))
 			}
 		}
 	}

@@ -2,43 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"quotad/integration/redistest"
 )
-
-func TestServeRejectsBadOpsSettings(t *testing.T) {
-	dir, err := os.MkdirTemp("", "qo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--log-decisions", "some"}, "--log-decisions"},
-		{[]string{"--http-addr", taken.Addr().String()}, "--http-addr"},
-	} {
-		args := append([]string{"serve", "--socket", filepath.Join(dir, "q.sock"), "--log-level", "error"}, tc.args...)
-		_, stderr, code := runCLI(t, args...)
-		if code != exitError || !strings.Contains(stderr, tc.want) {
-			t.Errorf("serve %v: code %d, stderr %q; want exit 1 naming %s", tc.args, code, stderr, tc.want)
-		}
-		if _, err := os.Stat(filepath.Join(dir, "q.sock")); err == nil {
-			t.Errorf("serve %v left its socket behind", tc.args)
-		}
-	}
-}
 
 func TestDoctorCommand(t *testing.T) {
 	r := redistest.Start(t)

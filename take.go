@@ -66,3 +66,24 @@ func takeChecks(c *cli.Context, req map[string]any) (ok bool, err error) {
 	req["checks"] = f.checks
 	return true, nil
 }
+
+// takeCall sends a take, with its cost, request id and deadline, and
+// exits exitDenied on a denial when --exit-code asks.
+func takeCall(c *cli.Context, req map[string]any) error {
+	for _, f := range []string{"timeout-ms", "cost"} {
+		if c.IsSet(f) {
+			req[strings.ReplaceAll(f, "-", "_")] = c.Int64(f)
+		}
+	}
+	if id := c.String("request-id"); id != "" {
+		req["request_id"] = id
+	}
+	reply, err := call(c, req)
+	if err != nil {
+		return err
+	}
+	if c.Bool("exit-code") && !reply.Allowed {
+		return cli.Exit("", exitDenied)
+	}
+	return nil
+}

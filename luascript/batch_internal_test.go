@@ -11,7 +11,7 @@ import (
 // hash slot on a Cluster, and leaves alone what the batch cannot carry.
 func TestGroupCalls(t *testing.T) {
 	take := func(key string) Call { return Call{s: fixedWindowTake, keys: []string{key}, args: []string{"1"}} }
-	other := newScript("other.lua", "return 1")
+	other := newScript("other.lua", "return 1", nil)
 	var calls []Call
 	for i := range MaxBatch + 1 {
 		calls = append(calls, take("k"+strconv.Itoa(i)))

@@ -26,59 +26,96 @@ var (
 	multiGiveBackSrc string
 
 	multiTake     = newMultiTake()
-	multiGiveBack = newMultiScript("multitake_giveback.lua", multiGiveBackSrc)
+	multiGiveBack = newMultiGiveBack()
 )
 
 // newMultiScript is a script of the take of several limits: the prelude,
-// then, after the line naming it, its body, which starts with MAX_CHECKS.
-// Like every script's, its body is whole after that line, so that the
-// batch script (batch.go) can run it as a function.
+// then, after the line naming it, its body, which starts with MAX_CHECKS
+// and BODIES (bodiesLua). Like every script's, its body is whole after
+// that line, so that the batch script (batch.go) can run it as a function.
 func newMultiScript(name, body string) *script {
-	src := prelude + "\n-- " + name + "\n" + "local MAX_CHECKS = " + strconv.Itoa(MaxChecks) + "\n" + body
-	return &script{name: name, src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}
+	body = "local MAX_CHECKS = " + strconv.Itoa(MaxChecks) + "\n" + body
+	src := prelude + "\n-- " + name + "\n" + body
+	return &script{name: name, body: body, src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}
 }
 
-// multiBody is a take body as multitake.lua runs it: fn, its function's
-// name; id, the index of its request_id in its ARGV; replay, the index of
-// the replay flag in its reply.
+// multiBody is a take that a take of several limits can run: fn, its
+// function's name in multitake.lua's script; give, the function of
+// multitake_giveback.lua that gives back what it took. Where its
+// arguments are (its request_id among them) follows from its contract.
 type multiBody struct {
-	s          *script
-	body, fn   string
-	id, replay int
+	s        *script
+	c        *contract
+	fn, give string
 }
 
-// multiBodies are the take bodies a multi-limit take can run, joined into
+// multiBodies are the takes a take of several limits can run, joined into
 // its script as they are.
 var multiBodies = []multiBody{
-	{fixedWindowTake, fixedWindowTakeBody, "fixed_window_take", 6, 3},
-	{tokenBucketTake, tokenBucketTakeBody, "token_bucket_take", 8, 2},
-	{concurrencyTake, concurrencyTakeBody, "concurrency_take", 4, 2},
-	{slidingWindowTake, slidingWindowTakeBody, "sliding_window_take", 6, 2},
-	{calendarTake, calendarTakeBody, "calendar_take", 5, 3},
+	{fixedWindowTake, &fixedWindowTakeContract, "fixed_window_take", "give_fixed_window"},
+	{tokenBucketTake, &tokenBucketTakeContract, "token_bucket_take", "give_token_bucket"},
+	{concurrencyTake, &concurrencyTakeContract, "concurrency_take", "give_concurrency"},
+	{slidingWindowTake, &slidingWindowTakeContract, "sliding_window_take", "give_sliding_window"},
+	{calendarTake, &calendarTakeContract, "calendar_take", "give_calendar"},
+}
+
+// bodiesLua declares BODIES: each take by its name, with the place of
+// each of its arguments (at, from its contract), and with fn its function
+// when withFn.
+func bodiesLua(withFn bool) string {
+	var b strings.Builder
+	b.WriteString("local BODIES = {\n")
+	for _, mb := range multiBodies {
+		b.WriteString("  " + mb.fn + " = {name = '" + mb.fn + "', ")
+		if withFn {
+			b.WriteString("fn = " + mb.fn + ", ")
+		}
+		b.WriteString("at = {")
+		for i, a := range mb.c.argv() {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(a.name + " = " + strconv.Itoa(i+1))
+		}
+		b.WriteString("}},\n")
+	}
+	b.WriteString("}\n")
+	return b.String()
 }
 
 // newMultiTake makes multitake.lua's script: the prelude, as every
 // script's, then its body (newMultiScript): the redis its take bodies see
 // (multitake_redis.lua), the prelude's helpers again, now bound to that
-// redis, each take body as a local function, the table naming them, then
+// redis, each take body as a local function, BODIES naming them, then
 // multitake.lua. Each take body stays the text of its own script, so a
 // single take and a check of a multi-limit take decide alike.
 func newMultiTake() *script {
 	var b strings.Builder
 	b.WriteString("\n-- multitake_redis.lua\n" + multiTakeRedisSrc)
 	b.WriteString("\n" + preludeSrc)
-	tab := "local BODIES = {\n"
 	for _, mb := range multiBodies {
-		body := mb.body
+		body := mb.s.body
 		if strings.HasPrefix(body, "#!") {
 			_, body, _ = strings.Cut(body, "\n")
 		}
 		b.WriteString("\n-- " + mb.s.name + "\nlocal function " + mb.fn + "(KEYS, ARGV)\n" + body + "\nend\n")
-		tab += "  " + mb.fn + " = {fn = " + mb.fn + ", id = " + strconv.Itoa(mb.id) + ", replay = " + strconv.Itoa(mb.replay) + "},\n"
 	}
-	b.WriteString("\n" + tab + "}\n")
-	b.WriteString("\n-- the checks\n" + multiTakeSrc)
+	b.WriteString("\n" + bodiesLua(true))
+	b.WriteString("\n-- the checks\n" + assemble("multitake.lua", multiTakeSrc, nil))
 	return newMultiScript("multitake.lua", b.String())
+}
+
+// newMultiGiveBack makes multitake_giveback.lua's script: BODIES, then
+// the file, whose line --#give becomes GIVE, each take's give back by its
+// name.
+func newMultiGiveBack() *script {
+	give := "local GIVE = {\n"
+	for _, mb := range multiBodies {
+		give += "  " + mb.fn + " = " + mb.give + ",\n"
+	}
+	give += "}\n"
+	body := strings.Replace(assemble("multitake_giveback.lua", multiGiveBackSrc, nil), "--#give\n", give, 1)
+	return newMultiScript("multitake_giveback.lua", bodiesLua(false)+"\n"+body)
 }
 
 func multiBodyOf(s *script) (multiBody, bool) {
@@ -92,8 +129,8 @@ func multiBodyOf(s *script) (multiBody, bool) {
 
 // MultiCheck is one check of a multi-limit take.
 type MultiCheck struct {
-	// Call is the check's take, built by its algorithm's builder
-	// (TakeCall, TokenBucketTakeCall, ...) with the take's request id.
+	// Call is the check's take, built by TakeCall with the take's
+	// request id.
 	Call Call
 	// Shadow: the check's denial does not deny the take; it consumes when
 	// it accepts and the take does.
@@ -158,7 +195,7 @@ func multiCall(s *script, checks []MultiCheck, requestID, digest string) (Call, 
 		if !ok {
 			return Call{}, &Error{Code: CodeInvalid, Message: "check " + strconv.Itoa(i+1) + ": a check is a take"}
 		}
-		if len(c.Call.args) < mb.id || c.Call.args[mb.id-1] != requestID {
+		if id := mb.c.index("id"); len(c.Call.args) < id || c.Call.args[id-1] != requestID {
 			return Call{}, &Error{Code: CodeInvalid, Message: "check " + strconv.Itoa(i+1) + ": its request_id is not the take's"}
 		}
 		for _, k := range c.Call.keys {
@@ -204,8 +241,8 @@ type MultiTakeResult struct {
 	// Applied: every check consumed (or replayed); false when nothing was
 	// written, because a check that is not a shadow one denied.
 	Applied bool
-	// Checks are each check's reply, in order, for the parser of its own
-	// take (ParseTake, ParseTokenBucketTake, ...). When Applied is false
+	// Checks are each check's reply, in order, for ParseTake. When
+	// Applied is false
 	// each is what the check would have answered alone: one that accepted
 	// reports the use it would have had after consuming.
 	Checks []rueidis.RedisResult

@@ -35,39 +35,10 @@
 
 local RECORD = '^(.*):m(%x+):[^:]*$'
 
-local n = dec(ARGV[1], 1, MAX_CHECKS)
-if not n then
-  return fail('INVALID', 'want 1..' .. MAX_CHECKS .. ' checks')
-end
-local id, digest = ARGV[2], ARGV[3]
-if #id < 1 or #id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID) then
+if ARGV[2] == '' then
   return fail('INVALID', REQUEST_ID_RULE)
 end
-if not string.find(digest, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$') then
-  return fail('INVALID', 'digest must be 16 hex digits')
-end
-local BODIES = {fixed_window_take = true, token_bucket_take = true, concurrency_take = true,
-  sliding_window_take = true, calendar_take = true}
-local checks, a, k = {}, 4, 1
-for i = 1, n do
-  local body = ARGV[a]
-  local nkeys, nargs = dec(ARGV[a + 2], 1, 3), dec(ARGV[a + 3], 1, 16)
-  if not BODIES[body] or not nkeys or not nargs or k + nkeys - 1 > #KEYS or a + 3 + nargs > #ARGV then
-    return fail('INVALID', 'check ' .. i .. ': want body, shadow, nkeys, nargs and its arguments')
-  end
-  local ck, ca = {}, {}
-  for j = 1, nkeys do
-    ck[j] = KEYS[k + j - 1]
-  end
-  for j = 1, nargs do
-    ca[j] = ARGV[a + 3 + j]
-  end
-  checks[i] = {body = body, keys = ck, args = ca}
-  a, k = a + 4 + nargs, k + nkeys
-end
-if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
-  return fail('INVALID', 'arguments or keys left over after the checks')
-end
+--#include multi_checks
 
 local rec = 'r:' .. id
 
@@ -99,81 +70,98 @@ local function window(key, cost_s)
   return 1
 end
 
-local function give(c)
-  local key, A = c.keys[1], c.args
-  if c.body == 'fixed_window_take' then
-    return window(key, A[3])
-  elseif c.body == 'calendar_take' then
-    for j = 1, #c.keys do
-      if window(c.keys[j], A[2]) == 1 then
-        return 1
-      end
+-- Each take's give back, named by its entry in multitake.go's multiBodies;
+-- A(c, name) is check c's argument of that name in its take's contract.
+local function A(c, name)
+  return c.args[c.body.at[name]]
+end
+
+local function give_fixed_window(c)
+  return window(c.keys[1], A(c, 'cost'))
+end
+
+local function give_calendar(c)
+  for j = 1, #c.keys do
+    if window(c.keys[j], A(c, 'cost')) == 1 then
+      return 1
     end
-    return 0
-  elseif c.body == 'concurrency_take' then
-    local r = redis.pcall('HDEL', key, 'l:' .. id)
-    if type(r) == 'number' and r == 1 and redis.call('HLEN', key) <= 1 then
-      redis.call('DEL', key)
-    end
-    return (type(r) == 'number' and r == 1) and 1 or 0
-  elseif c.body == 'token_bucket_take' then
-    local rate, period, burst = dec(A[1], 1, MAX_LIMIT), dec(A[2], 1, MAX_WINDOW_MS), dec(A[3], 1, MAX_LIMIT)
-    local cost = dec(A[4], 1, MAX_LIMIT)
-    if not (rate and period and burst and cost) or burst * period > MAX_WINDOW_MS * rate then
-      return 0
-    end
-    local f = redis.pcall('HMGET', key, 'tat', 'rem', 'policy', 'ids', rec)
-    if f.err then
-      return 0
-    end
-    local head = ours(f[5])
-    local tat, rem, ids = dec(f[1], 0, MAX_EXACT), dec(f[2], 0, MAX_LIMIT), dec(f[4] or '0', 0, MAX_REQUEST_IDS)
-    if not head or string.match(head, '^(%d+):') ~= A[4] or f[3] ~= A[1] .. ':' .. A[2] .. ':' .. A[3]
-        or not tat or not rem or not ids then
-      return 0
-    end
-    local now = redis_now()
-    local g = gcra(rate, period, burst, now)
-    local su, sr = g.span(cost)
-    local u, r = g.sub(tat, rem, su, sr)
-    if g.le(u, r, now, 0) then
-      u, r = now, 0
-    end
-    redis.call('HSET', key, 'tat', string.format('%d', u), 'rem', string.format('%d', r), 'ids', string.format('%d', math.max(ids - 1, 0)))
-    redis.call('HDEL', key, rec)
-    return 1
-  elseif c.body == 'sliding_window_take' then
-    local w = dec(A[2], 1, MAX_WINDOW_MS)
-    local f = redis.pcall('HMGET', key, 's', 'c', 'p', 'policy', 'ids', rec)
-    if not w or f.err then
-      return 0
-    end
-    local head = ours(f[6])
-    if not head or f[4] ~= A[1] .. ':' .. A[2] then
-      return 0
-    end
-    local rc, _, rx = string.match(head, '^(%d+):(%d+):(%d+)$')
-    local s, cur, prev = dec(f[1], 0, MAX_EXACT), dec(f[2], 0, MAX_LIMIT), dec(f[3], 0, MAX_LIMIT)
-    local ids, cost, exp = dec(f[5] or '0', 0, MAX_REQUEST_IDS), dec(rc, 1, MAX_LIMIT), dec(rx, 0, MAX_EXACT)
-    if rc ~= A[3] or not (s and cur and prev and ids and cost and exp) then
-      return 0
-    end
-    -- The take counted in the period starting at exp - 2 * w.
-    local s0 = exp - 2 * w
-    if s == s0 then
-      cur = math.max(cur - cost, 0)
-    elseif s == s0 + w then
-      prev = math.max(prev - cost, 0)
-    end
-    redis.call('HSET', key, 'c', string.format('%d', cur), 'p', string.format('%d', prev), 'ids', string.format('%d', math.max(ids - 1, 0)))
-    redis.call('HDEL', key, rec)
-    return 1
   end
   return 0
 end
 
+local function give_concurrency(c)
+  local key = c.keys[1]
+  local r = redis.pcall('HDEL', key, 'l:' .. id)
+  if type(r) == 'number' and r == 1 and redis.call('HLEN', key) <= 1 then
+    redis.call('DEL', key)
+  end
+  return (type(r) == 'number' and r == 1) and 1 or 0
+end
+
+local function give_token_bucket(c)
+  local key = c.keys[1]
+  local rate_s, period_s, burst_s, cost_s = A(c, 'rate'), A(c, 'period'), A(c, 'burst'), A(c, 'cost')
+  local rate, period, burst = dec(rate_s, 1, MAX_LIMIT), dec(period_s, 1, MAX_WINDOW_MS), dec(burst_s, 1, MAX_LIMIT)
+  local cost = dec(cost_s, 1, MAX_LIMIT)
+  if not (rate and period and burst and cost) or burst * period > MAX_WINDOW_MS * rate then
+    return 0
+  end
+  local f = redis.pcall('HMGET', key, 'tat', 'rem', 'policy', 'ids', rec)
+  if f.err then
+    return 0
+  end
+  local head = ours(f[5])
+  local tat, rem, ids = dec(f[1], 0, MAX_EXACT), dec(f[2], 0, MAX_LIMIT), dec(f[4] or '0', 0, MAX_REQUEST_IDS)
+  if not head or string.match(head, '^(%d+):') ~= cost_s or f[3] ~= rate_s .. ':' .. period_s .. ':' .. burst_s
+      or not tat or not rem or not ids then
+    return 0
+  end
+  local now = redis_now()
+  local g = gcra(rate, period, burst, now)
+  local su, sr = g.span(cost)
+  local u, r = g.sub(tat, rem, su, sr)
+  if g.le(u, r, now, 0) then
+    u, r = now, 0
+  end
+  redis.call('HSET', key, 'tat', string.format('%d', u), 'rem', string.format('%d', r), 'ids', string.format('%d', math.max(ids - 1, 0)))
+  redis.call('HDEL', key, rec)
+  return 1
+end
+
+local function give_sliding_window(c)
+  local key = c.keys[1]
+  local limit_s, window_s, cost_s = A(c, 'limit'), A(c, 'window'), A(c, 'cost')
+  local w = dec(window_s, 1, MAX_WINDOW_MS)
+  local f = redis.pcall('HMGET', key, 's', 'c', 'p', 'policy', 'ids', rec)
+  if not w or f.err then
+    return 0
+  end
+  local head = ours(f[6])
+  if not head or f[4] ~= limit_s .. ':' .. window_s then
+    return 0
+  end
+  local rc, _, rx = string.match(head, '^(%d+):(%d+):(%d+)$')
+  local s, cur, prev = dec(f[1], 0, MAX_EXACT), dec(f[2], 0, MAX_LIMIT), dec(f[3], 0, MAX_LIMIT)
+  local ids, cost, exp = dec(f[5] or '0', 0, MAX_REQUEST_IDS), dec(rc, 1, MAX_LIMIT), dec(rx, 0, MAX_EXACT)
+  if rc ~= cost_s or not (s and cur and prev and ids and cost and exp) then
+    return 0
+  end
+  -- The take counted in the period starting at exp - 2 * w.
+  local s0 = exp - 2 * w
+  if s == s0 then
+    cur = math.max(cur - cost, 0)
+  elseif s == s0 + w then
+    prev = math.max(prev - cost, 0)
+  end
+  redis.call('HSET', key, 'c', string.format('%d', cur), 'p', string.format('%d', prev), 'ids', string.format('%d', math.max(ids - 1, 0)))
+  redis.call('HDEL', key, rec)
+  return 1
+end
+
+--#give
+
 local out = {}
 for i = 1, n do
-  out[i] = give(checks[i])
+  out[i] = GIVE[checks[i].body.name](checks[i])
 end
 return out

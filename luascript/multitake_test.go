@@ -24,7 +24,7 @@ type multiCheck struct {
 func (e *env) fwCheck(t *testing.T, subject string, limit, cost int64, id string) multiCheck {
 	t.Helper()
 	k := e.key(subject)
-	c, err := luascript.TakeCall(luascript.TakeArgs{Key: k, Limit: limit, WindowMS: 60_000, Cost: cost, RequestID: id, MaxRequestIDs: 100})
+	c, err := luascript.TakeCall(limits.FixedWindow, luascript.Args{Key: k, Limit: limit, WindowMS: 60_000, Cost: cost, RequestID: id, MaxRequestIDs: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,14 +37,14 @@ func (e *env) fwCheck(t *testing.T, subject string, limit, cost int64, id string
 func (e *env) tbCheck(t *testing.T, subject string, burst, cost int64, id string) multiCheck {
 	t.Helper()
 	k := luascript.TokenBucketKey(e.prefix, "pol", subject)
-	c, err := luascript.TokenBucketTakeCall(luascript.TokenBucketArgs{Key: k,
+	c, err := luascript.TakeCall(limits.TokenBucket, luascript.Args{Key: k,
 		TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: 3_600_000, Burst: burst},
 		Cost:        cost, RequestID: id, DedupeMS: 60_000, MaxRequestIDs: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return multiCheck{call: c, keys: []string{k}, parse: func(res rueidis.RedisResult) (bool, bool, error) {
-		r, err := luascript.ParseTokenBucketTake(res)
+		r, err := luascript.ParseTake(res)
 		return r.Allowed, r.Replay, err
 	}}
 }
@@ -52,12 +52,12 @@ func (e *env) tbCheck(t *testing.T, subject string, burst, cost int64, id string
 func (e *env) swCheck(t *testing.T, subject string, limit, cost int64, id string) multiCheck {
 	t.Helper()
 	k := luascript.SlidingWindowKey(e.prefix, "pol", subject)
-	c, err := luascript.SlidingWindowTakeCall(luascript.SlidingWindowArgs{Key: k, Limit: limit, WindowMS: 3_600_000, Cost: cost, RequestID: id, MaxRequestIDs: 100})
+	c, err := luascript.TakeCall(limits.SlidingWindow, luascript.Args{Key: k, Limit: limit, WindowMS: 3_600_000, Cost: cost, RequestID: id, MaxRequestIDs: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return multiCheck{call: c, keys: []string{k}, parse: func(res rueidis.RedisResult) (bool, bool, error) {
-		r, err := luascript.ParseSlidingWindowTake(res)
+		r, err := luascript.ParseTake(res)
 		return r.Allowed, r.Replay, err
 	}}
 }
@@ -65,12 +65,12 @@ func (e *env) swCheck(t *testing.T, subject string, limit, cost int64, id string
 func (e *env) ccCheck(t *testing.T, subject string, limit int64, id string) multiCheck {
 	t.Helper()
 	k := luascript.ConcurrencyKey(e.prefix, "pol", subject)
-	c, err := luascript.ConcurrencyTakeCall(luascript.LeaseArgs{Key: k, Leases: luascript.Leases{Limit: limit, LeaseMS: 60_000}, RequestID: id})
+	c, err := luascript.TakeCall(limits.Concurrency, luascript.Args{Key: k, Limit: limit, LeaseMS: 60_000, RequestID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return multiCheck{call: c, keys: []string{k}, parse: func(res rueidis.RedisResult) (bool, bool, error) {
-		r, err := luascript.ParseConcurrencyTake(res)
+		r, err := luascript.ParseTake(res)
 		return r.Allowed, r.Replay, err
 	}}
 }
@@ -80,7 +80,7 @@ func (e *env) calCheck(t *testing.T, subject string, limit, cost int64, id strin
 	cw := limits.CalendarWindow{Limit: limit, Period: limits.PeriodDay, TimeZone: "UTC", WeekStart: limits.DefaultWeekStart}
 	k := luascript.CalendarKey(e.prefix, "pol", subject)
 	p := luascript.CalendarAround(cw, 0, time.Now())
-	c, err := luascript.CalendarTakeCall(luascript.CalendarArgs{Key: k, Spec: cw.Spec(), Limit: limit, Periods: p, Cost: cost, RequestID: id, MaxRequestIDs: 100})
+	c, err := luascript.TakeCall(limits.Calendar, luascript.Args{Key: k, Spec: cw.Spec(), Limit: limit, Periods: p, Cost: cost, RequestID: id, MaxRequestIDs: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func (e *env) calCheck(t *testing.T, subject string, limit, cost int64, id strin
 		keys = append(keys, luascript.CalendarPeriodKey(k, s))
 	}
 	return multiCheck{call: c, keys: keys, parse: func(res rueidis.RedisResult) (bool, bool, error) {
-		r, err := luascript.ParseCalendarTake(res)
+		r, err := luascript.ParseTake(res)
 		return r.Allowed, r.Replay, err
 	}}
 }
@@ -253,7 +253,7 @@ func TestMultiTakeOtherSetIsConflict(t *testing.T) {
 func TestMultiTakeRefusesBadCalls(t *testing.T) {
 	e := setup(t)
 	a := e.fwCheck(t, "a", 10, 1, "")
-	peek, err := luascript.PeekCall(luascript.PeekArgs{Key: e.key("a"), Limit: 10, WindowMS: 1000})
+	peek, err := luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: e.key("a"), Limit: 10, WindowMS: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +465,7 @@ func TestMultiTakeInABatch(t *testing.T) {
 		}
 		calls, sets = append(calls, call), append(sets, set)
 	}
-	one, err := luascript.TakeCall(args(e.key("x0"), 2, 1, ""))
+	one, err := luascript.TakeCall(limits.FixedWindow, args(e.key("x0"), 2, 1, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

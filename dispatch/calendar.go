@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -46,10 +44,6 @@ func (calendar) Call(req *protocol.Request, l *Limit, key string) (luascript.Cal
 		return luascript.TakeCall(limits.Calendar, a)
 	}
 	return luascript.Call{}, errNotALease(l)
-}
-
-func (calendar) Parse(req *protocol.Request, _ *Limit, res rueidis.RedisResult, o *Outcome) error {
-	return parseReply(req.Op, res, o)
 }
 
 // DeniedFor: as for the fixed window, use within a period never

@@ -3,8 +3,6 @@ package dispatch
 import (
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -38,16 +36,6 @@ func (concurrency) Call(req *protocol.Request, l *Limit, key string) (luascript.
 	}
 	a.RequestID = req.RequestID
 	return luascript.TakeCall(limits.Concurrency, a)
-}
-
-func (concurrency) Parse(req *protocol.Request, l *Limit, res rueidis.RedisResult, o *Outcome) error {
-	if err := parseReply(req.Op, res, o); err != nil {
-		return err
-	}
-	if req.Op == protocol.OpTake && o.Allowed {
-		o.LeaseMS = l.Shape.(limits.Leases).LeaseMS
-	}
-	return nil
 }
 
 // DeniedFor: never. A lease may be released at any moment, so a denial

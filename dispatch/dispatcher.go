@@ -315,7 +315,7 @@ func (d *Dispatcher) read(dec *Decision, idx []int, res rueidis.RedisResult) (ac
 	for j, i := range idx {
 		c, o := &dec.checks[i], dec.out(i)
 		c.sent = dec.trip.sent
-		err := c.limit.Algorithm.Parse(c.req, &c.limit, replies[j], o)
+		err := parseReply(c.req.Op, &c.limit, replies[j], o)
 		if le, ok := err.(*luascript.Error); o.Healed || ok && le.Healed {
 			d.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, c.limit.Policy),
 				zap.String(keyKey, c.key), zap.Int64(keyHealedTotal, d.healed.Add(1)))

@@ -3,8 +3,6 @@ package dispatch
 import (
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -23,15 +21,9 @@ const (
 	ResultNotSettled = "not_settled" // the state held no take of that request_id
 )
 
-// settler is an algorithm that settles takes.
-type settler interface {
-	settleCall(req *protocol.Request, l *Limit, key string) (luascript.Call, error)
-	// settleParse reads the script's reply into o.
-	settleParse(res rueidis.RedisResult, o *Outcome) error
-}
-
 // settling is the algorithm of a settle: Name and Key are its limit's
-// algorithm's, and so are the call and the parser, from its settler.
+// algorithm's; its call is that algorithm's settle script, which
+// luascript has for every algorithm but the concurrency lease.
 type settling struct{ Algorithm }
 
 // forOp is the algorithm that does op under alg's limits.
@@ -43,16 +35,11 @@ func forOp(op protocol.Op, alg Algorithm) Algorithm {
 }
 
 func (s settling) Call(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
-	st, ok := s.Algorithm.(settler)
-	if !ok {
+	if !luascript.Settles(s.Name()) {
 		return luascript.Call{}, invalid("settle is for the fixed window, sliding window, calendar and token bucket; " +
 			"this limit is " + s.Name() + ": free a lease with release")
 	}
-	return st.settleCall(req, l, key)
-}
-
-func (s settling) Parse(_ *protocol.Request, _ *Limit, res rueidis.RedisResult, o *Outcome) error {
-	return s.Algorithm.(settler).settleParse(res, o)
+	return luascript.SettleCall(s.Name(), settleArgs(req, l, key))
 }
 
 // DeniedFor: a settle denies nothing.
@@ -75,49 +62,3 @@ func settleArgs(req *protocol.Request, l *Limit, key string) luascript.Args {
 	}
 	return a
 }
-
-// settleCall and settleParse are every settler's: the settle scripts take
-// their algorithm's limits and reply in one layout (luascript.ParseSettle).
-func settleCall(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
-	return luascript.SettleCall(l.Algorithm.Name(), settleArgs(req, l, key))
-}
-
-func settleParse(res rueidis.RedisResult, o *Outcome) error {
-	r, err := luascript.ParseSettle(res)
-	o.Healed = r.Healed
-	if err == nil {
-		err = fits(r, o)
-	}
-	if err != nil {
-		return err
-	}
-	o.Settled, o.Replay, o.Reserved = r.Settled, r.Replay, r.Reserved
-	o.Used, o.Remaining, o.ResetMS, o.RetryAfterMS = r.Used, r.Remaining, r.ResetMS, r.RetryAfterMS
-	return nil
-}
-
-func (fixedWindow) settleCall(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
-	return settleCall(req, l, key)
-}
-
-func (fixedWindow) settleParse(res rueidis.RedisResult, o *Outcome) error { return settleParse(res, o) }
-
-func (slidingWindow) settleCall(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
-	return settleCall(req, l, key)
-}
-
-func (slidingWindow) settleParse(res rueidis.RedisResult, o *Outcome) error {
-	return settleParse(res, o)
-}
-
-func (calendar) settleCall(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
-	return settleCall(req, l, key)
-}
-
-func (calendar) settleParse(res rueidis.RedisResult, o *Outcome) error { return settleParse(res, o) }
-
-func (tokenBucket) settleCall(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
-	return settleCall(req, l, key)
-}
-
-func (tokenBucket) settleParse(res rueidis.RedisResult, o *Outcome) error { return settleParse(res, o) }

@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -36,10 +34,6 @@ func (slidingWindow) Call(req *protocol.Request, l *Limit, key string) (luascrip
 		return luascript.TakeCall(limits.SlidingWindow, a)
 	}
 	return luascript.Call{}, errNotALease(l)
-}
-
-func (slidingWindow) Parse(req *protocol.Request, _ *Limit, res rueidis.RedisResult, o *Outcome) error {
-	return parseReply(req.Op, res, o)
 }
 
 // DeniedFor: never. A denial does prove that takes of this cost or more

@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -40,10 +38,6 @@ func (tokenBucket) Call(req *protocol.Request, l *Limit, key string) (luascript.
 		return luascript.TakeCall(limits.TokenBucket, a)
 	}
 	return luascript.Call{}, errNotALease(l)
-}
-
-func (tokenBucket) Parse(req *protocol.Request, _ *Limit, res rueidis.RedisResult, o *Outcome) error {
-	return parseReply(req.Op, res, o)
 }
 
 // DeniedFor: a bucket gains tokens only with time, and other takes only

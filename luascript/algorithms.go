@@ -177,6 +177,10 @@ func ReleaseCall(key, requestID string) (Call, error) {
 	return concurrencyRelease.call(&a), nil
 }
 
+// Settles reports whether algorithm has a settle script: a concurrency
+// lease is released instead.
+func Settles(algorithm string) bool { return algorithms[algorithm].settle != nil }
+
 type op int
 
 const (

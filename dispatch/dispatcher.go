@@ -123,7 +123,7 @@ type Decision struct {
 	checks []check
 	one    [1]check
 	// call is the decision's one script call: its lone check's own, or the
-	// take of all its checks (luascript.MultiTakeCall).
+	// take of all its checks (luascript.TakeChecksCall).
 	call luascript.Call
 	// digest names a take's set of checks in each check's request-id
 	// record, so that a retry with another set is CONFLICT ("" without a
@@ -303,7 +303,7 @@ func (d *Dispatcher) read(dec *Decision, idx []int, res rueidis.RedisResult) (ac
 	var one [1]rueidis.RedisResult
 	replies, applied := one[:], true
 	if dec.listed() {
-		r, err := luascript.ParseMultiTake(res, len(idx))
+		r, err := luascript.ParseTakeChecks(res, len(idx))
 		if err != nil {
 			return false, err
 		}

@@ -21,7 +21,7 @@
 //
 //   - Prepare resolves each check's limits, has its Algorithm build its
 //     call, and builds the decision's one script call: a lone check's own,
-//     or the take of all the checks (luascript.MultiTakeCall).
+//     or the take of all the checks (luascript.TakeChecksCall).
 //   - Run answers a take from the local denial when it can
 //     (localDenied), or sends the call by the route that route chooses
 //     (route.go): in the shared batch (batcher.go), alone under the
@@ -48,7 +48,7 @@
 //  1. Its shape and bounds in package limits (a Shape type with Validate and
 //     Quota, and its name among the algorithm names), and its Lua scripts
 //     in luascript: each declared once in its contract, registered in
-//     luascript's algorithms, and its take among the multiBodies a take of
+//     luascript's algorithms, and its take among the takeBodies a take of
 //     several checks runs and gives back (see that package's doc: its
 //     "Adding a script" list, and the test that fails when a registered
 //     algorithm lacks a piece).

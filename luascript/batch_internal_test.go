@@ -58,7 +58,7 @@ func TestBatchCarriesThePreludeAndBodyScripts(t *testing.T) {
 	}
 	// The take of several limits joins its take bodies inside its own body,
 	// so it is the prelude then its body too.
-	if _, ok := batchIndex[multiTake]; !ok {
+	if _, ok := batchIndex[takeChecks]; !ok {
 		t.Error("the take of several limits is not in the batch")
 	}
 	own := &script{name: "own.lua", src: "local MINE = 1\n" + prelude + "\n-- own.lua\nreturn MINE"}

@@ -338,24 +338,24 @@ func mixedBatch(t *testing.T, e *env, seed ...*env) ([]luascript.Call, []string)
 		m(luascript.SettleCall(limits.SlidingWindow, luascript.Args{Key: swKey, Limit: 3, WindowMS: limits.MaxWindowMS, Cost: 1, RequestID: "s"})),
 
 		// Takes of several limits: accepted, replayed, denied by one check.
-		multi(t, "m1", []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args(mfw, 2, 1, "m1"))), m(luascript.TakeCall(limits.TokenBucket, mtb(1, "m1")))}),
-		multi(t, "m1", []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args(mfw, 2, 1, "m1"))), m(luascript.TakeCall(limits.TokenBucket, mtb(1, "m1")))}),
-		multi(t, "m2", []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args(mfw, 2, 1, "m2"))), m(luascript.TakeCall(limits.TokenBucket, mtb(2, "m2")))}),
+		takeOfChecks(t, "m1", []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args(mfw, 2, 1, "m1"))), m(luascript.TakeCall(limits.TokenBucket, mtb(1, "m1")))}),
+		takeOfChecks(t, "m1", []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args(mfw, 2, 1, "m1"))), m(luascript.TakeCall(limits.TokenBucket, mtb(1, "m1")))}),
+		takeOfChecks(t, "m2", []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args(mfw, 2, 1, "m2"))), m(luascript.TakeCall(limits.TokenBucket, mtb(2, "m2")))}),
 	}
 	return calls, []string{fw, nottl, tbKey, tbMinute, tbDeep, ccKey, swKey, mfw, mtbKey}
 }
 
-// multi is the call of a take of several limits, the checks' calls built
+// takeOfChecks is the call of a take of several limits, the checks' calls built
 // with the take's request id.
-func multi(t *testing.T, id string, checks []luascript.Call) luascript.Call {
+func takeOfChecks(t *testing.T, id string, checks []luascript.Call) luascript.Call {
 	t.Helper()
-	mc := make([]luascript.MultiCheck, len(checks))
+	mc := make([]luascript.TakeCheck, len(checks))
 	parts := make([]string, len(checks))
 	for i, c := range checks {
-		mc[i] = luascript.MultiCheck{Call: c}
+		mc[i] = luascript.TakeCheck{Call: c}
 		parts[i] = c.Key()
 	}
-	call, err := luascript.MultiTakeCall(mc, id, luascript.MultiDigest(parts))
+	call, err := luascript.TakeChecksCall(mc, id, luascript.ChecksDigest(parts))
 	if err != nil {
 		t.Fatal(err)
 	}

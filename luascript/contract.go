@@ -12,7 +12,7 @@ import (
 // spliced into the script where its body says --#args), the Go that lays
 // them out (the builders write each from its field of Args, Args.text),
 // and where a take of several limits finds a take's arguments
-// (multitake.go).
+// (takechecks.go).
 type contract struct {
 	keys int
 	args []arg

@@ -38,17 +38,17 @@ func TestEveryAlgorithmHasItsPieces(t *testing.T) {
 		}
 		// A take of several limits runs its take and, on a Redis
 		// Cluster, gives it back.
-		i := slices.IndexFunc(multiBodies, func(mb multiBody) bool { return mb.s == alg.take })
+		i := slices.IndexFunc(takeBodies, func(mb takeBody) bool { return mb.s == alg.take })
 		if i < 0 {
-			t.Errorf("%s: its take is not in multiBodies (multitake.go)", name)
+			t.Errorf("%s: its take is not in takeBodies (takechecks.go)", name)
 			continue
 		}
-		mb := multiBodies[i]
+		mb := takeBodies[i]
 		if mb.c != alg.take.c {
-			t.Errorf("%s: multiBodies names another contract than its take's", name)
+			t.Errorf("%s: takeBodies names another contract than its take's", name)
 		}
-		if !strings.Contains(multiGiveBack.src, "\nlocal function "+mb.give+"(c)\n") {
-			t.Errorf("%s: multitake_giveback.lua defines no %s", name, mb.give)
+		if !strings.Contains(giveBack.src, "\nlocal function "+mb.give+"(c)\n") {
+			t.Errorf("%s: give_back.lua defines no %s", name, mb.give)
 		}
 		if mb.c.index("id") == 0 {
 			t.Errorf("%s: its take has no request_id", name)

@@ -134,16 +134,16 @@
 //
 // # Several limits in one take
 //
-// multitake.lua takes the checks of one take all or nothing: its script is
+// take_checks.lua takes the checks of one take all or nothing: its script is
 // the prelude and every take body above, each unchanged as a local
-// function, run twice (multitake.go joins them at init). The first pass
+// function, run twice (takechecks.go joins them at init). The first pass
 // runs each check's body against a redis whose writes go nowhere
-// (multitake_redis.lua); when every check that is not a shadow one
+// (take_checks_redis.lua); when every check that is not a shadow one
 // accepts, the second runs them again, for real. Both read one TIME, and
 // no two checks share a key, so the second pass decides as the first; the
 // script's header argues it per algorithm, and why a full Redis
 // (maxmemory) leaves nothing half-written. Each check's record r:<id> gets
-// two more fields, "m<digest>" of the take's set of checks (MultiDigest)
+// two more fields, "m<digest>" of the take's set of checks (ChecksDigest)
 // and a copy of its last field, so that a retry with another set or cost
 // is CONFLICT while a single take's readers still read the leading fields
 // and the last one:
@@ -155,8 +155,8 @@
 // A concurrency check's record is its lease, which holds no digest. On a
 // Redis Cluster the keys of one call must share a slot (keyslot.Of); a
 // subject's own hash tag makes them (key.go). A take whose keys do not is
-// taken a slot at a time by the dispatcher, and multitake_giveback.lua
-// (MultiGiveBackCall) gives back a slot's checks, found by their records,
+// taken a slot at a time by the dispatcher, and give_back.lua
+// (GiveBackCall) gives back a slot's checks, found by their records,
 // when a later slot denies.
 //
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).
@@ -174,7 +174,7 @@
 //	                                  remaining, reset_ms, retry_after_ms,
 //	                                  healed}
 //	release  ReleaseCall / ParseRelease {released, used}
-//	several limits  MultiTakeCall (of the takes' calls) / ParseMultiTake,
+//	several limits  TakeChecksCall (of the takes' calls) / ParseTakeChecks,
 //	                whose Checks ParseTake reads
 //
 // Every script of an op replies in its layout, so a take's replay flag is
@@ -246,11 +246,11 @@
 //     (a new algorithm: a new entry, with the check of its limits).
 //  4. Add it to scripts in load.go, so Load and Sources (readiness, the
 //     ACL test) know it, and the batch script carries it. A take script
-//     also goes into multiBodies (multitake.go), with its give back, a
-//     function of multitake_giveback.lua that reads the take's arguments
+//     also goes into takeBodies (takechecks.go), with its give back, a
+//     function of give_back.lua that reads the take's arguments
 //     by their names, so a take of several limits can run it and, on a
 //     Redis Cluster, give it back; its reads must not depend on its own
-//     writes (see multitake.lua).
+//     writes (see take_checks.lua).
 //  5. Test it against redis-server (redistest): its decisions; every
 //     refusal in nowrite_test.go (the key is the same before and after);
 //     its arguments EVALed directly, past Go's validation; the embedded

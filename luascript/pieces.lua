@@ -244,10 +244,10 @@ if #all > 0 and not stored then
   return fail('WRONGTYPE', NOT_OURS .. 'lease set: a hash with other fields')
 end
 
---#piece multi_checks
--- The checks of a take of several limits (multitake.lua, and its give
+--#piece checks
+-- The checks of a take of several limits (take_checks.lua, and its give
 -- back): n, id, digest, and checks, each {body, shadow, keys, args}: its
--- body's entry of BODIES (multitake.go writes it: at names the place in
+-- body's entry of BODIES (takechecks.go writes it: at names the place in
 -- args of each argument of the take's contract), its keys and its
 -- arguments.
 local n = dec(ARGV[1], 1, MAX_CHECKS)

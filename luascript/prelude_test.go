@@ -29,7 +29,7 @@ func TestEveryScriptIsPreludeThenBody(t *testing.T) {
 	}
 	n := 0
 	for _, name := range files {
-		if name == "prelude.lua" || name == "pieces.lua" || name == "multitake_redis.lua" {
+		if name == "prelude.lua" || name == "pieces.lua" || name == "take_checks_redis.lua" {
 			continue // joined into scripts, not one of its own
 		}
 		n++

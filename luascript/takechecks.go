@@ -14,44 +14,44 @@ import (
 	"quotad/limits"
 )
 
-// MaxChecks bounds the checks of one multi-limit take (limits.MaxChecks).
+// MaxChecks bounds the checks of one take of several checks (limits.MaxChecks).
 const MaxChecks = limits.MaxChecks
 
 var (
-	//go:embed multitake_redis.lua
-	multiTakeRedisSrc string
-	//go:embed multitake.lua
-	multiTakeSrc string
-	//go:embed multitake_giveback.lua
-	multiGiveBackSrc string
+	//go:embed take_checks_redis.lua
+	takeChecksRedisSrc string
+	//go:embed take_checks.lua
+	takeChecksSrc string
+	//go:embed give_back.lua
+	giveBackSrc string
 
-	multiTake     = newMultiTake()
-	multiGiveBack = newMultiGiveBack()
+	takeChecks     = newTakeChecks()
+	giveBack = newGiveBack()
 )
 
-// newMultiScript is a script of the take of several limits: the prelude,
+// newChecksScript is a script of the take of several limits: the prelude,
 // then, after the line naming it, its body, which starts with MAX_CHECKS
 // and BODIES (bodiesLua). Like every script's, its body is whole after
 // that line, so that the batch script (batch.go) can run it as a function.
-func newMultiScript(name, body string) *script {
+func newChecksScript(name, body string) *script {
 	body = "local MAX_CHECKS = " + strconv.Itoa(MaxChecks) + "\n" + body
 	src := prelude + "\n-- " + name + "\n" + body
 	return &script{name: name, body: body, src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}
 }
 
-// multiBody is a take that a take of several limits can run: fn, its
-// function's name in multitake.lua's script; give, the function of
-// multitake_giveback.lua that gives back what it took. Where its
+// takeBody is a take that a take of several limits can run: fn, its
+// function's name in take_checks.lua's script; give, the function of
+// give_back.lua that gives back what it took. Where its
 // arguments are (its request_id among them) follows from its contract.
-type multiBody struct {
+type takeBody struct {
 	s        *script
 	c        *contract
 	fn, give string
 }
 
-// multiBodies are the takes a take of several limits can run, joined into
+// takeBodies are the takes a take of several limits can run, joined into
 // its script as they are.
-var multiBodies = []multiBody{
+var takeBodies = []takeBody{
 	{fixedWindowTake, &fixedWindowTakeContract, "fixed_window_take", "give_fixed_window"},
 	{tokenBucketTake, &tokenBucketTakeContract, "token_bucket_take", "give_token_bucket"},
 	{concurrencyTake, &concurrencyTakeContract, "concurrency_take", "give_concurrency"},
@@ -65,7 +65,7 @@ var multiBodies = []multiBody{
 func bodiesLua(withFn bool) string {
 	var b strings.Builder
 	b.WriteString("local BODIES = {\n")
-	for _, mb := range multiBodies {
+	for _, mb := range takeBodies {
 		b.WriteString("  " + mb.fn + " = {name = '" + mb.fn + "', ")
 		if withFn {
 			b.WriteString("fn = " + mb.fn + ", ")
@@ -83,17 +83,17 @@ func bodiesLua(withFn bool) string {
 	return b.String()
 }
 
-// newMultiTake makes multitake.lua's script: the prelude, as every
-// script's, then its body (newMultiScript): the redis its take bodies see
-// (multitake_redis.lua), the prelude's helpers again, now bound to that
+// newTakeChecks makes take_checks.lua's script: the prelude, as every
+// script's, then its body (newChecksScript): the redis its take bodies see
+// (take_checks_redis.lua), the prelude's helpers again, now bound to that
 // redis, each take body as a local function, BODIES naming them, then
-// multitake.lua. Each take body stays the text of its own script, so a
-// single take and a check of a multi-limit take decide alike.
-func newMultiTake() *script {
+// take_checks.lua. Each take body stays the text of its own script, so a
+// single take and a check of a take of several checks decide alike.
+func newTakeChecks() *script {
 	var b strings.Builder
-	b.WriteString("\n-- multitake_redis.lua\n" + multiTakeRedisSrc)
+	b.WriteString("\n-- take_checks_redis.lua\n" + takeChecksRedisSrc)
 	b.WriteString("\n" + preludeSrc)
-	for _, mb := range multiBodies {
+	for _, mb := range takeBodies {
 		body := mb.s.body
 		if strings.HasPrefix(body, "#!") {
 			_, body, _ = strings.Cut(body, "\n")
@@ -101,34 +101,34 @@ func newMultiTake() *script {
 		b.WriteString("\n-- " + mb.s.name + "\nlocal function " + mb.fn + "(KEYS, ARGV)\n" + body + "\nend\n")
 	}
 	b.WriteString("\n" + bodiesLua(true))
-	b.WriteString("\n-- the checks\n" + assemble("multitake.lua", multiTakeSrc, nil))
-	return newMultiScript("multitake.lua", b.String())
+	b.WriteString("\n-- the checks\n" + assemble("take_checks.lua", takeChecksSrc, nil))
+	return newChecksScript("take_checks.lua", b.String())
 }
 
-// newMultiGiveBack makes multitake_giveback.lua's script: BODIES, then
+// newGiveBack makes give_back.lua's script: BODIES, then
 // the file, whose line --#give becomes GIVE, each take's give back by its
 // name.
-func newMultiGiveBack() *script {
+func newGiveBack() *script {
 	give := "local GIVE = {\n"
-	for _, mb := range multiBodies {
+	for _, mb := range takeBodies {
 		give += "  " + mb.fn + " = " + mb.give + ",\n"
 	}
 	give += "}\n"
-	body := strings.Replace(assemble("multitake_giveback.lua", multiGiveBackSrc, nil), "--#give\n", give, 1)
-	return newMultiScript("multitake_giveback.lua", bodiesLua(false)+"\n"+body)
+	body := strings.Replace(assemble("give_back.lua", giveBackSrc, nil), "--#give\n", give, 1)
+	return newChecksScript("give_back.lua", bodiesLua(false)+"\n"+body)
 }
 
-func multiBodyOf(s *script) (multiBody, bool) {
-	for _, mb := range multiBodies {
+func takeBodyOf(s *script) (takeBody, bool) {
+	for _, mb := range takeBodies {
 		if mb.s == s {
 			return mb, true
 		}
 	}
-	return multiBody{}, false
+	return takeBody{}, false
 }
 
-// MultiCheck is one check of a multi-limit take.
-type MultiCheck struct {
+// TakeCheck is one check of a take of several checks.
+type TakeCheck struct {
 	// Call is the check's take, built by TakeCall with the take's
 	// request id.
 	Call Call
@@ -137,29 +137,29 @@ type MultiCheck struct {
 	Shadow bool
 }
 
-// MultiTakeCall builds the one script call that takes every check or none
-// (multitake.lua). requestID is the take's, "" for none; digest is
-// MultiDigest of the set of checks, "" without a request id. Two checks
+// TakeChecksCall builds the one script call that takes every check or none
+// (take_checks.lua). requestID is the take's, "" for none; digest is
+// ChecksDigest of the set of checks, "" without a request id. Two checks
 // on one key are INVALID.
-func MultiTakeCall(checks []MultiCheck, requestID, digest string) (Call, error) {
-	return multiCall(multiTake, checks, requestID, digest)
+func TakeChecksCall(checks []TakeCheck, requestID, digest string) (Call, error) {
+	return checksCall(takeChecks, checks, requestID, digest)
 }
 
-// MultiGiveBackCall builds the call that gives back what checks, all in
+// GiveBackCall builds the call that gives back what checks, all in
 // one hash slot, consumed in an accepted step of a take of several limits
 // under requestID (required) and digest: the rollback of that step when a
-// later one denies or fails (multitake_giveback.lua). Giving back twice
+// later one denies or fails (give_back.lua). Giving back twice
 // gives back once.
-func MultiGiveBackCall(checks []MultiCheck, requestID, digest string) (Call, error) {
+func GiveBackCall(checks []TakeCheck, requestID, digest string) (Call, error) {
 	if requestID == "" {
 		return Call{}, &Error{Code: CodeInvalid, Message: "request_id is required"}
 	}
-	return multiCall(multiGiveBack, checks, requestID, digest)
+	return checksCall(giveBack, checks, requestID, digest)
 }
 
-// ParseMultiGiveBack reads which of n checks were given back.
-func ParseMultiGiveBack(res rueidis.RedisResult, n int) ([]bool, error) {
-	const op = "multi give back"
+// ParseGiveBack reads which of n checks were given back.
+func ParseGiveBack(res rueidis.RedisResult, n int) ([]bool, error) {
+	const op = "give back"
 	if err := res.Error(); err != nil {
 		return nil, replyError(op, err)
 	}
@@ -177,7 +177,7 @@ func ParseMultiGiveBack(res rueidis.RedisResult, n int) ([]bool, error) {
 	return out, nil
 }
 
-func multiCall(s *script, checks []MultiCheck, requestID, digest string) (Call, error) {
+func checksCall(s *script, checks []TakeCheck, requestID, digest string) (Call, error) {
 	if len(checks) < 1 || len(checks) > MaxChecks {
 		return Call{}, &Error{Code: CodeInvalid, Message: "a take has 1 to " + strconv.Itoa(MaxChecks) + " checks"}
 	}
@@ -191,7 +191,7 @@ func multiCall(s *script, checks []MultiCheck, requestID, digest string) (Call, 
 	args := []string{strconv.Itoa(len(checks)), requestID, digest}
 	owner := make(map[string]int, len(checks))
 	for i, c := range checks {
-		mb, ok := multiBodyOf(c.Call.s)
+		mb, ok := takeBodyOf(c.Call.s)
 		if !ok {
 			return Call{}, &Error{Code: CodeInvalid, Message: "check " + strconv.Itoa(i+1) + ": a check is a take"}
 		}
@@ -212,12 +212,12 @@ func multiCall(s *script, checks []MultiCheck, requestID, digest string) (Call, 
 	return Call{s: s, keys: keys, args: args}, nil
 }
 
-// MultiDigest names a set of checks and their costs, whatever their
+// ChecksDigest names a set of checks and their costs, whatever their
 // order: each part says one check (its key and cost, say), and the digest
 // is the first 16 hex digits of the SHA1 of the sorted parts. Each check's
 // request-id record keeps it, so that a take of another set under the same
 // request id is CONFLICT.
-func MultiDigest(parts []string) string {
+func ChecksDigest(parts []string) string {
 	s := slices.Clone(parts)
 	slices.Sort(s)
 	sum := sha1.Sum([]byte(strings.Join(s, "\n")))
@@ -236,8 +236,8 @@ func isDigest(s string) bool {
 	return true
 }
 
-// MultiTakeResult is a multi-limit take's answer.
-type MultiTakeResult struct {
+// ChecksResult is a take of several checks's answer.
+type ChecksResult struct {
 	// Applied: every check consumed (or replayed); false when nothing was
 	// written, because a check that is not a shadow one denied.
 	Applied bool
@@ -248,33 +248,33 @@ type MultiTakeResult struct {
 	Checks []rueidis.RedisResult
 }
 
-// ParseMultiTake reads the result of a multi-limit take of n checks. A
+// ParseTakeChecks reads the result of a take of several checks of n checks. A
 // refusal is an *Error whose message names the check ("check 2: ...");
 // nothing was written.
-func ParseMultiTake(res rueidis.RedisResult, n int) (MultiTakeResult, error) {
-	const op = "multi take"
+func ParseTakeChecks(res rueidis.RedisResult, n int) (ChecksResult, error) {
+	const op = "take of checks"
 	if err := res.Error(); err != nil {
-		return MultiTakeResult{}, replyError(op, err)
+		return ChecksResult{}, replyError(op, err)
 	}
 	arr, err := res.ToArray()
 	if err != nil {
-		return MultiTakeResult{}, malformed(op, "%v", err)
+		return ChecksResult{}, malformed(op, "%v", err)
 	}
 	if len(arr) != n+1 {
-		return MultiTakeResult{}, malformed(op, "want %d values, got %d", n+1, len(arr))
+		return ChecksResult{}, malformed(op, "want %d values, got %d", n+1, len(arr))
 	}
 	applied, err := arr[0].ToInt64()
 	if err != nil || !isFlag(applied) {
-		return MultiTakeResult{}, malformed(op, "applied %v (%v)", applied, err)
+		return ChecksResult{}, malformed(op, "applied %v (%v)", applied, err)
 	}
-	r := MultiTakeResult{Applied: applied == 1, Checks: make([]rueidis.RedisResult, n)}
+	r := ChecksResult{Applied: applied == 1, Checks: make([]rueidis.RedisResult, n)}
 	for i := range n {
 		r.Checks[i] = rueidis.NewResult(arr[i+1], nil)
 	}
 	return r, nil
 }
 
-// ExecOnOneNode sends a multi-limit take whose keys are in several hash
+// ExecOnOneNode sends a take of several checks whose keys are in several hash
 // slots to the node of its first key, as one EVALSHA (EVAL on NOSCRIPT)
 // that declares every key. A routing client (a Cluster's) refuses to
 // build such a command with Exec; a store that is one node holding every

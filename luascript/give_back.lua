@@ -1,13 +1,13 @@
 -- Gives back what the checks of one slot of a take of several limits
 -- consumed, when another slot's checks denied the take or failed: the
--- rollback of the multi-step take on a Redis Cluster (see multitake.go).
+-- rollback of a take in steps on a Redis Cluster (see takechecks.go).
 -- Joined to the prelude as the other scripts are.
 --
 -- KEYS      every check's keys, check after check, all in one slot
 -- ARGV[1]   n            canonical decimal, 1..MAX_CHECKS: checks
 -- ARGV[2]   request_id   1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]
 -- ARGV[3]   digest       16 hex digits: the take's set of checks
--- then for each check, as multitake.lua has them: body, shadow, nkeys,
+-- then for each check, as take_checks.lua has them: body, shadow, nkeys,
 -- nargs and its take's arguments.
 --
 -- Reply {given back, one 0 or 1 per check}. A check is given back only
@@ -38,7 +38,7 @@ local RECORD = '^(.*):m(%x+):[^:]*$'
 if ARGV[2] == '' then
   return fail('INVALID', REQUEST_ID_RULE)
 end
---#include multi_checks
+--#include checks
 
 local rec = 'r:' .. id
 
@@ -70,7 +70,7 @@ local function window(key, cost_s)
   return 1
 end
 
--- Each take's give back, named by its entry in multitake.go's multiBodies;
+-- Each take's give back, named by its entry in takechecks.go's takeBodies;
 -- A(c, name) is check c's argument of that name in its take's contract.
 local function A(c, name)
   return c.args[c.body.at[name]]

@@ -1,6 +1,6 @@
--- One take of several limits, all or nothing. multitake.go joins, in this
+-- One take of several limits, all or nothing. takechecks.go joins, in this
 -- order: the prelude, as to every script; then, as this script's body,
--- MAX_CHECKS, multitake_redis.lua (the redis every take body below sees),
+-- MAX_CHECKS, take_checks_redis.lua (the redis every take body below sees),
 -- the prelude's helpers again (bound to that redis), each take body
 -- (fixed_window_take.lua, ...) unchanged as a local function of (KEYS,
 -- ARGV) in BODIES, then this text. The body is whole by itself, as every
@@ -10,7 +10,7 @@
 -- ARGV[1]   n            canonical decimal, 1..MAX_CHECKS: checks
 -- ARGV[2]   request_id   "" for none, else 1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]
 -- ARGV[3]   digest       "" without a request id, else 16 hex digits: the
---                        set of checks and their costs (Go's MultiDigest)
+--                        set of checks and their costs (Go's ChecksDigest)
 -- then for each check, in order:
 --           body         the take body's name: fixed_window_take, ...
 --           shadow       "1": its denial does not deny the take
@@ -62,7 +62,7 @@
 -- HSET was made; after it, nothing is refused. So a full Redis leaves every
 -- key as it was (but for restored TTLs) or the whole take applied.
 
---#include multi_checks
+--#include checks
 
 mt.id, mt.digest = id, digest
 

@@ -25,8 +25,8 @@ var (
 	//go:embed give_back.lua
 	giveBackSrc string
 
-	takeChecks     = newTakeChecks()
-	giveBack = newGiveBack()
+	takeChecks = newTakeChecks()
+	giveBack   = newGiveBack()
 )
 
 // newChecksScript is a script of the take of several limits: the prelude,

@@ -256,7 +256,11 @@ func (c *conn) refuse(sl *slot, code protocol.Code, out []byte) {
 func (c *conn) start(line []byte) {
 	sl := newSlot(c)
 	req := &sl.req
-	if err := protocol.Decode(line, req); err != nil {
+	err := protocol.Decode(line, req)
+	if req.TraceInvalid {
+		c.s.metrics.traceInvalid.Inc()
+	}
+	if err != nil {
 		code := protocol.CodeInvalid
 		if pe, ok := errors.AsType[*protocol.Error](err); ok {
 			code = pe.Code

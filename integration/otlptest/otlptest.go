@@ -48,24 +48,41 @@ type Receiver struct {
 	grpcAddr, httpAddr string
 	grpcSrv            *grpc.Server
 	httpSrv            *http.Server
+	done               chan struct{} // closed when both servers have returned
 
-	mu    sync.Mutex
-	spans []Span
-	added chan struct{} // closed and replaced on every export
+	// countOnly: spans are counted, not kept (Launch).
+	countOnly bool
+	mu        sync.Mutex
+	spans     []Span
+	count     int64
+	added     chan struct{} // closed and replaced on every export
 }
 
-// Start starts a receiver and stops it at the test's end.
+// Start starts a receiver that keeps every span, and stops it at the
+// test's end.
 func Start(t testing.TB) *Receiver {
 	t.Helper()
-	r := &Receiver{added: make(chan struct{})}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := Launch(false)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// Launch starts a receiver outside a test (make bench); countOnly counts
+// the spans it receives (Count) instead of keeping them, for a load that
+// sends millions. Close stops it.
+func Launch(countOnly bool) (*Receiver, error) {
+	r := &Receiver{added: make(chan struct{}), countOnly: countOnly, done: make(chan struct{})}
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
 	}
 	hl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		gl.Close()
-		t.Fatal(err)
+		return nil, err
 	}
 	r.grpcAddr, r.httpAddr = gl.Addr().String(), hl.Addr().String()
 	r.grpcSrv = grpc.NewServer()
@@ -73,16 +90,25 @@ func Start(t testing.TB) *Receiver {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", r.serveHTTP)
 	r.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	grpcDone, httpDone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(grpcDone); _ = r.grpcSrv.Serve(gl) }()
-	go func() { defer close(httpDone); _ = r.httpSrv.Serve(hl) }()
-	t.Cleanup(func() {
-		r.grpcSrv.Stop()
-		_ = r.httpSrv.Close()
-		<-grpcDone
-		<-httpDone
-	})
-	return r
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = r.grpcSrv.Serve(gl) })
+	wg.Go(func() { _ = r.httpSrv.Serve(hl) })
+	go func() { wg.Wait(); close(r.done) }()
+	return r, nil
+}
+
+// Close stops the receiver.
+func (r *Receiver) Close() {
+	r.grpcSrv.Stop()
+	_ = r.httpSrv.Close()
+	<-r.done
+}
+
+// Count is how many spans the receiver got.
+func (r *Receiver) Count() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
 }
 
 // GRPCEndpoint is the URL of the gRPC service, for
@@ -126,6 +152,18 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 func (r *Receiver) add(req *coltrace.ExportTraceServiceRequest, via string) {
+	if r.countOnly {
+		var n int64
+		for _, rs := range req.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				n += int64(len(ss.GetSpans()))
+			}
+		}
+		r.mu.Lock()
+		r.count += n
+		r.mu.Unlock()
+		return
+	}
 	var got []Span
 	for _, rs := range req.GetResourceSpans() {
 		res := attrs(rs.GetResource().GetAttributes())
@@ -146,6 +184,7 @@ func (r *Receiver) add(req *coltrace.ExportTraceServiceRequest, via string) {
 	}
 	r.mu.Lock()
 	r.spans = append(r.spans, got...)
+	r.count += int64(len(got))
 	close(r.added)
 	r.added = make(chan struct{})
 	r.mu.Unlock()

@@ -102,6 +102,11 @@ func callerSpan(t *protocol.Trace) trace.SpanContext {
 func (d *Dispatcher) endSpan(dec *Decision) {
 	o := &dec.Out
 	sp := dec.span
+	if !sp.IsRecording() {
+		// Not sampled: nothing of it is exported.
+		sp.End()
+		return
+	}
 	attrs := make([]attribute.KeyValue, 0, 10)
 	attrs = append(attrs, attrOp.String(o.Op.String()), attrVerdict.String(o.Result()))
 	if dec.listed() {
@@ -124,25 +129,30 @@ func (d *Dispatcher) endSpan(dec *Decision) {
 }
 
 // callSpan starts the span of a script call (of kind, callBatch ...) that
-// carries decs; nil when tracing is off. callEnded ends it.
+// carries decs; nil when tracing is off, or when none of decs is sampled:
+// the call's span would not be either (the child of a span that is not,
+// or a batch's span, which links only, package tracing's sampler).
+// callEnded ends it.
 func (d *Dispatcher) callSpan(kind string, decs ...*Decision) trace.Span {
-	if d.tracer == nil {
+	if d.tracer == nil || !anySampled(decs) {
 		return nil
 	}
-	opts := make([]trace.SpanStartOption, 0, 4)
-	opts = append(opts, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attrDBSystem.String("redis"), attrDBOp.String("EVALSHA"), attrCall.String(kind), attrDecisions.Int(len(decs))))
-	ctx := context.Background()
+	var sp trace.Span
 	if len(decs) == 1 {
-		ctx = trace.ContextWithSpan(ctx, decs[0].span)
+		_, sp = d.tracer.Start(trace.ContextWithSpan(context.Background(), decs[0].span), "EVALSHA",
+			trace.WithSpanKind(trace.SpanKindClient))
 	} else {
 		links := make([]trace.Link, 0, len(decs))
 		for _, dec := range decs {
 			links = append(links, trace.Link{SpanContext: dec.span.SpanContext()})
 		}
-		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(links...))
+		_, sp = d.tracer.Start(context.Background(), "EVALSHA",
+			trace.WithSpanKind(trace.SpanKindClient), trace.WithNewRoot(), trace.WithLinks(links...))
 	}
-	_, sp := d.tracer.Start(ctx, "EVALSHA", opts...)
+	if !sp.IsRecording() {
+		return sp
+	}
+	sp.SetAttributes(attrDBSystem.String("redis"), attrDBOp.String("EVALSHA"), attrCall.String(kind), attrDecisions.Int(len(decs)))
 	if len(decs) > 1 {
 		for _, dec := range decs {
 			dec.span.AddLink(trace.Link{SpanContext: sp.SpanContext()})
@@ -151,11 +161,24 @@ func (d *Dispatcher) callSpan(kind string, decs ...*Decision) trace.Span {
 	return sp
 }
 
+func anySampled(decs []*Decision) bool {
+	for _, dec := range decs {
+		if dec.span.SpanContext().IsSampled() {
+			return true
+		}
+	}
+	return false
+}
+
 // callEnded ends sp, the span of a script call that answered res (one
 // result per decision it carried); an error of Redis's own (a timeout, a
 // lost connection, a refusal), not a decision's answer, marks it failed.
 func (d *Dispatcher) callEnded(sp trace.Span, res ...rueidis.RedisResult) {
 	if sp == nil {
+		return
+	}
+	if !sp.IsRecording() {
+		sp.End()
 		return
 	}
 	for _, r := range res {

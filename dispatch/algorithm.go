@@ -3,8 +3,6 @@ package dispatch
 import (
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -22,11 +20,9 @@ type Algorithm interface {
 	Key(prefix, policy, subject string) string
 	// Call checks that the algorithm can do req (a take, peek or release)
 	// under l and builds its script call. An error is the request's
-	// INVALID answer; nothing is sent.
+	// INVALID answer; nothing is sent. Every script of an op replies in
+	// one layout, which parseReply reads for every algorithm.
 	Call(req *protocol.Request, l *Limit, key string) (luascript.Call, error)
-	// Parse reads the script's reply into o (o.Op, Algorithm, Policy and
-	// Limit are set). An error is the call's failure (failure.go).
-	Parse(req *protocol.Request, l *Limit, res rueidis.RedisResult, o *Outcome) error
 	// DeniedFor says for how long a take Redis denied (o, of cost) proves
 	// that takes of at least need under the same limits are denied too,
 	// counted from before the call; 0 when it proves nothing (a lease may

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"quotad/integration/redistest"
+	"quotad/luascript"
 	"quotad/protocol"
 )
 
@@ -22,7 +23,7 @@ var inlineOf = map[string]string{
 // checklist lists: inline fields, a key, a take and a peek that Redis
 // decides and the parser reads, a take body that a take of several checks
 // can run beside another algorithm's, and header fields. A settle is
-// optional (settler), and so is an algorithm's own header item.
+// optional (luascript.Settles), and so is an algorithm's own header item.
 func TestEveryAlgorithmHasEveryPiece(t *testing.T) {
 	r := redistest.Start(t)
 	d := newDispatcher(t, openStore(t, r), nil, nil)
@@ -57,7 +58,7 @@ func TestEveryAlgorithmHasEveryPiece(t *testing.T) {
 		if o.Failed() || !o.Allowed || len(o.Checks) != 2 || o.Checks[0].Used != 2 || o.Checks[0].Algorithm != name {
 			t.Errorf("%s: take of two checks = %+v", name, o)
 		}
-		if _, ok := algorithms[name].(settler); ok {
+		if luascript.Settles(name) {
 			if s := decide(t, d, `{"op":"settle","cost":0,`+at+`}`); s.Failed() || !s.Settled {
 				t.Errorf("%s: settle = %+v", name, s)
 			}

@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -31,44 +29,21 @@ var calendarClock = time.Now
 
 func (calendar) Call(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
 	c := l.Shape.(limits.CalendarWindow)
-	periods := luascript.CalendarAround(c, c.Offset(req.Subject), calendarClock())
+	a := luascript.Args{
+		Key: key, Spec: c.Spec(), Limit: c.Limit, Periods: luascript.CalendarAround(c, c.Offset(req.Subject), calendarClock()),
+		Strict: l.strict(),
+	}
 	switch req.Op {
 	case protocol.OpPeek:
-		return luascript.CalendarPeekCall(luascript.CalendarPeekArgs{
-			Key: key, Spec: c.Spec(), Limit: c.Limit, Periods: periods, Strict: l.strict(),
-		})
+		return luascript.PeekCall(limits.Calendar, a)
 	case protocol.OpTake:
 		if req.Cost > c.Limit {
 			return luascript.Call{}, invalid("cost " + strconv.FormatInt(req.Cost, 10) + " exceeds the limit " + strconv.FormatInt(c.Limit, 10))
 		}
-		return luascript.CalendarTakeCall(luascript.CalendarArgs{
-			Key: key, Spec: c.Spec(), Limit: c.Limit, Periods: periods, Cost: req.Cost,
-			RequestID: req.RequestID, Strict: l.strict(), MaxRequestIDs: l.MaxRequestIDs,
-		})
+		a.Cost, a.RequestID, a.MaxRequestIDs = req.Cost, req.RequestID, l.MaxRequestIDs
+		return luascript.TakeCall(limits.Calendar, a)
 	}
 	return luascript.Call{}, errNotALease(l)
-}
-
-func (calendar) Parse(req *protocol.Request, l *Limit, res rueidis.RedisResult, o *Outcome) error {
-	if req.Op == protocol.OpPeek {
-		r, err := luascript.ParseCalendarPeek(res)
-		if err != nil {
-			return err
-		}
-		o.Used, o.Remaining, o.ResetMS = r.Used, max(o.Limit-r.Used, 0), r.ResetMS
-		return nil
-	}
-	r, err := luascript.ParseCalendarTake(res)
-	o.Healed = r.Healed
-	if err != nil {
-		return err
-	}
-	o.Allowed, o.Replay, o.Used, o.Remaining, o.ResetMS = r.Allowed, r.Replay, r.Used, max(o.Limit-r.Used, 0), r.ResetMS
-	if !r.Allowed {
-		// The period's use never falls before it ends.
-		o.RetryAfterMS = r.ResetMS
-	}
-	return nil
 }
 
 // DeniedFor: as for the fixed window, use within a period never

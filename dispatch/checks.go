@@ -15,7 +15,7 @@ import (
 // each check resolves, builds its take's call and reads its reply through
 // its Algorithm, and the rules below are written once, over the checks.
 // Only the route differs: several checks go to Redis as one script
-// (luascript.MultiTakeCall) that takes every check or none, or in steps
+// (luascript.TakeChecksCall) that takes every check or none, or in steps
 // on a Redis Cluster (steps.go).
 //
 //   - The verdict (verdict): the take is allowed when every check that is
@@ -74,18 +74,18 @@ func (d *Dispatcher) takeOfChecks(dec *Decision) (luascript.Call, error) {
 		}
 	}
 	if dec.req.RequestID != "" {
-		dec.digest = luascript.MultiDigest(parts)
+		dec.digest = luascript.ChecksDigest(parts)
 	}
-	return luascript.MultiTakeCall(dec.takes(allChecks[:n]), dec.req.RequestID, dec.digest)
+	return luascript.TakeChecksCall(dec.takes(allChecks[:n]), dec.req.RequestID, dec.digest)
 }
 
 // takes are the take calls of dec's checks idx, for a script that takes
 // them together.
-func (dec *Decision) takes(idx []int) []luascript.MultiCheck {
-	out := make([]luascript.MultiCheck, len(idx))
+func (dec *Decision) takes(idx []int) []luascript.TakeCheck {
+	out := make([]luascript.TakeCheck, len(idx))
 	for j, i := range idx {
 		c := &dec.checks[i]
-		out[j] = luascript.MultiCheck{Call: c.call, Shadow: c.limit.Shadow}
+		out[j] = luascript.TakeCheck{Call: c.call, Shadow: c.limit.Shadow}
 	}
 	return out
 }

@@ -3,8 +3,6 @@ package dispatch
 import (
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -22,13 +20,13 @@ func (concurrency) Key(prefix, policy, subject string) string {
 
 func (concurrency) Call(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
 	s := l.Shape.(limits.Leases)
-	shape := luascript.Leases{Limit: s.Limit, LeaseMS: s.LeaseMS}
+	a := luascript.Args{Key: key, Limit: s.Limit, LeaseMS: s.LeaseMS, Strict: l.strict()}
 	switch req.Op {
 	case protocol.OpPeek:
-		return luascript.ConcurrencyPeekCall(luascript.LeasePeekArgs{Key: key, Leases: shape, Strict: l.strict()})
+		return luascript.PeekCall(limits.Concurrency, a)
 	case protocol.OpRelease:
 		// A release frees the lease whatever limits it names.
-		return luascript.ConcurrencyReleaseCall(key, req.RequestID)
+		return luascript.ReleaseCall(key, req.RequestID)
 	}
 	switch {
 	case req.RequestID == "":
@@ -36,37 +34,8 @@ func (concurrency) Call(req *protocol.Request, l *Limit, key string) (luascript.
 	case req.Cost != 1:
 		return luascript.Call{}, invalid("a concurrency take holds one lease: cost must be 1")
 	}
-	return luascript.ConcurrencyTakeCall(luascript.LeaseArgs{Key: key, Leases: shape, RequestID: req.RequestID, Strict: l.strict()})
-}
-
-func (concurrency) Parse(req *protocol.Request, l *Limit, res rueidis.RedisResult, o *Outcome) error {
-	switch req.Op {
-	case protocol.OpPeek:
-		r, err := luascript.ParseConcurrencyPeek(res)
-		if err != nil {
-			return err
-		}
-		o.Used, o.Remaining, o.ResetMS = r.Used, max(o.Limit-r.Used, 0), r.ResetMS
-		return nil
-	case protocol.OpRelease:
-		r, err := luascript.ParseConcurrencyRelease(res)
-		if err != nil {
-			return err
-		}
-		o.Released, o.Used, o.Remaining = r.Released, r.Used, max(o.Limit-r.Used, 0)
-		return nil
-	}
-	r, err := luascript.ParseConcurrencyTake(res)
-	o.Healed = r.Healed
-	if err != nil {
-		return err
-	}
-	o.Allowed, o.Replay, o.Used, o.Remaining = r.Allowed, r.Replay, r.Used, max(o.Limit-r.Used, 0)
-	o.ResetMS, o.RetryAfterMS = r.ResetMS, r.RetryAfterMS
-	if r.Allowed {
-		o.LeaseMS = l.Shape.(limits.Leases).LeaseMS
-	}
-	return nil
+	a.RequestID = req.RequestID
+	return luascript.TakeCall(limits.Concurrency, a)
 }
 
 // DeniedFor: never. A lease may be released at any moment, so a denial

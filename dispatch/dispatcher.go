@@ -131,7 +131,7 @@ type Decision struct {
 	checks []check
 	one    [1]check
 	// call is the decision's one script call: its lone check's own, or the
-	// take of all its checks (luascript.MultiTakeCall).
+	// take of all its checks (luascript.TakeChecksCall).
 	call luascript.Call
 	// digest names a take's set of checks in each check's request-id
 	// record, so that a retry with another set is CONFLICT ("" without a
@@ -316,7 +316,7 @@ func (d *Dispatcher) read(dec *Decision, idx []int, res rueidis.RedisResult) (ac
 	var one [1]rueidis.RedisResult
 	replies, applied := one[:], true
 	if dec.listed() {
-		r, err := luascript.ParseMultiTake(res, len(idx))
+		r, err := luascript.ParseTakeChecks(res, len(idx))
 		if err != nil {
 			return false, err
 		}
@@ -328,7 +328,7 @@ func (d *Dispatcher) read(dec *Decision, idx []int, res rueidis.RedisResult) (ac
 	for j, i := range idx {
 		c, o := &dec.checks[i], dec.out(i)
 		c.sent = dec.trip.sent
-		err := c.limit.Algorithm.Parse(c.req, &c.limit, replies[j], o)
+		err := parseReply(c.req.Op, &c.limit, replies[j], o)
 		if le, ok := err.(*luascript.Error); o.Healed || ok && le.Healed {
 			d.log.Warn("restored the TTL of a quota key that had none", append([]zap.Field{zap.String(keyPolicy, c.limit.Policy),
 				zap.String(keyKey, c.key), zap.Int64(keyHealedTotal, d.healed.Add(1))}, dec.traceLog()...)...)

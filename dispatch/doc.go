@@ -21,7 +21,7 @@
 //
 //   - Prepare resolves each check's limits, has its Algorithm build its
 //     call, and builds the decision's one script call: a lone check's own,
-//     or the take of all the checks (luascript.MultiTakeCall).
+//     or the take of all the checks (luascript.TakeChecksCall).
 //   - Run answers a take from the local denial when it can
 //     (localDenied), or sends the call by the route that route chooses
 //     (route.go): in the shared batch (batcher.go), alone under the
@@ -50,16 +50,20 @@
 // # Adding an algorithm
 //
 //  1. Its shape and bounds in package limits (a Shape type with Validate and
-//     Quota), and its Lua scripts with their builders and parsers in
-//     luascript (see that package's doc), including its take's body among
-//     those a take of several checks runs (multiBodies) and gives back
-//     (multitake_giveback.lua).
-//  2. One Go file here implementing Algorithm: Name, Key, Call, Parse and
+//     Quota, and its name among the algorithm names), and its Lua scripts
+//     in luascript: each declared once in its contract, registered in
+//     luascript's algorithms, and its take among the takeBodies a take of
+//     several checks runs and gives back (see that package's doc: its
+//     "Adding a script" list, and the test that fails when a registered
+//     algorithm lacks a piece).
+//  2. One Go file here implementing Algorithm: Name, Key, Call and
 //     DeniedFor (return 0 when a denial says nothing about the next take).
-//     To settle its takes, a settleCall and a settleParse method (the
-//     settler interface, settle.go); without them a settle of it is
-//     INVALID. When its state recovers while a denial holds (a bucket
-//     refills), a localState method (localStater, localdeny.go).
+//     Its replies need no parser of their own: every script of an op
+//     replies in one layout, which parseReply reads (reply.go). A settle
+//     of it works when luascript has its settle script (luascript.Settles);
+//     without one a settle of it is INVALID. When its state recovers while
+//     a denial holds (a bucket refills), a localState method (localStater,
+//     localdeny.go).
 //  3. One line in the algorithms registry (algorithm.go).
 //  4. Its inline fields in protocol (algorithm.go: InlineShape and the
 //     fields it accepts) and its policy fields in package policy

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
 	"quotad/store"
@@ -30,7 +31,7 @@ func redisRefusals(t *testing.T) map[string]error {
 	take := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
-		_, err := luascript.FixedWindowTake(ctx, c, luascript.TakeArgs{Key: "refused", Limit: 5, WindowMS: 60000, Cost: 1, MaxRequestIDs: 10})
+		_, err := luascript.Take(ctx, c, limits.FixedWindow, luascript.Args{Key: "refused", Limit: 5, WindowMS: 60000, Cost: 1, MaxRequestIDs: 10})
 		return err
 	}
 	do := func(args ...string) {
@@ -137,7 +138,7 @@ func redisRefusals(t *testing.T) map[string]error {
 		t.Fatal(err)
 	}
 	defer limited.Close()
-	_, err = luascript.FixedWindowTake(t.Context(), limited, luascript.TakeArgs{Key: "refused", Limit: 5, WindowMS: 60000, Cost: 1, MaxRequestIDs: 10})
+	_, err = luascript.Take(t.Context(), limited, limits.FixedWindow, luascript.Args{Key: "refused", Limit: 5, WindowMS: 60000, Cost: 1, MaxRequestIDs: 10})
 	if !isReply(err, "NOPERM") {
 		t.Fatalf("take as a user without scripting = %v, want NOPERM", err)
 	}

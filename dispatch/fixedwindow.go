@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -23,41 +21,18 @@ func (fixedWindow) Key(prefix, policy, subject string) string {
 
 func (fixedWindow) Call(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
 	w := l.Shape.(limits.Window)
+	a := luascript.Args{Key: key, Limit: w.Limit, WindowMS: w.WindowMS, Strict: l.strict()}
 	switch req.Op {
 	case protocol.OpPeek:
-		return luascript.PeekCall(luascript.PeekArgs{Key: key, Limit: w.Limit, WindowMS: w.WindowMS, Strict: l.strict()})
+		return luascript.PeekCall(limits.FixedWindow, a)
 	case protocol.OpTake:
 		if req.Cost > w.Limit {
 			return luascript.Call{}, invalid("cost " + strconv.FormatInt(req.Cost, 10) + " exceeds the limit " + strconv.FormatInt(w.Limit, 10))
 		}
-		return luascript.TakeCall(luascript.TakeArgs{
-			Key: key, Limit: w.Limit, WindowMS: w.WindowMS, Cost: req.Cost,
-			RequestID: req.RequestID, Strict: l.strict(), MaxRequestIDs: l.MaxRequestIDs,
-		})
+		a.Cost, a.RequestID, a.MaxRequestIDs = req.Cost, req.RequestID, l.MaxRequestIDs
+		return luascript.TakeCall(limits.FixedWindow, a)
 	}
 	return luascript.Call{}, errNotALease(l)
-}
-
-func (fixedWindow) Parse(req *protocol.Request, l *Limit, res rueidis.RedisResult, o *Outcome) error {
-	if req.Op == protocol.OpPeek {
-		r, err := luascript.ParsePeek(res)
-		if err != nil {
-			return err
-		}
-		o.Used, o.Remaining, o.ResetMS = r.Used, max(o.Limit-r.Used, 0), max(r.ResetMS, 0)
-		return nil
-	}
-	r, err := luascript.ParseTake(res)
-	o.Healed = r.Healed
-	if err != nil {
-		return err
-	}
-	o.Allowed, o.Replay, o.Used, o.Remaining, o.ResetMS = r.Allowed, r.Replay, r.Used, max(o.Limit-r.Used, 0), r.ResetMS
-	if !r.Allowed {
-		// A fixed window frees capacity only when it ends.
-		o.RetryAfterMS = r.ResetMS
-	}
-	return nil
 }
 
 // DeniedFor: within one window a key's use never decreases, so if use u

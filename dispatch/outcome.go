@@ -137,7 +137,7 @@ func (o *Outcome) AppendReply(dst, id []byte) []byte {
 		})
 	}
 	// A take with "checks" answers each check as a take of that limit.
-	r := protocol.MultiTakeReply{
+	r := protocol.ChecksReply{
 		Allowed: o.Allowed, Replay: o.Replay, RetryAfterMS: o.RetryAfterMS, Degraded: o.Degraded,
 		Checks: make([]protocol.CheckReply, len(o.Checks)), Headers: o.headerFields(),
 	}
@@ -149,7 +149,7 @@ func (o *Outcome) AppendReply(dst, id []byte) []byte {
 			Shadow: c.Shadow, ShadowAllowed: c.ShadowAllowed, Degraded: c.Degraded, Skipped: c.Skipped,
 		}
 	}
-	return protocol.AppendMultiTake(dst, id, r)
+	return protocol.AppendChecks(dst, id, r)
 }
 
 // Results of a request, as the metrics and the decision log name them. An

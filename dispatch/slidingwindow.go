@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -24,38 +22,18 @@ func (slidingWindow) Key(prefix, policy, subject string) string {
 
 func (slidingWindow) Call(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
 	w := l.Shape.(limits.Sliding)
+	a := luascript.Args{Key: key, Limit: w.Limit, WindowMS: w.WindowMS, Strict: l.strict()}
 	switch req.Op {
 	case protocol.OpPeek:
-		return luascript.SlidingWindowPeekCall(luascript.SlidingWindowPeekArgs{Key: key, Limit: w.Limit, WindowMS: w.WindowMS, Strict: l.strict()})
+		return luascript.PeekCall(limits.SlidingWindow, a)
 	case protocol.OpTake:
 		if req.Cost > w.Limit {
 			return luascript.Call{}, invalid("cost " + strconv.FormatInt(req.Cost, 10) + " exceeds the limit " + strconv.FormatInt(w.Limit, 10))
 		}
-		return luascript.SlidingWindowTakeCall(luascript.SlidingWindowArgs{
-			Key: key, Limit: w.Limit, WindowMS: w.WindowMS, Cost: req.Cost,
-			RequestID: req.RequestID, Strict: l.strict(), MaxRequestIDs: l.MaxRequestIDs,
-		})
+		a.Cost, a.RequestID, a.MaxRequestIDs = req.Cost, req.RequestID, l.MaxRequestIDs
+		return luascript.TakeCall(limits.SlidingWindow, a)
 	}
 	return luascript.Call{}, errNotALease(l)
-}
-
-func (slidingWindow) Parse(req *protocol.Request, l *Limit, res rueidis.RedisResult, o *Outcome) error {
-	if req.Op == protocol.OpPeek {
-		r, err := luascript.ParseSlidingWindowPeek(res)
-		if err != nil {
-			return err
-		}
-		o.Used, o.Remaining, o.ResetMS = r.Used, max(o.Limit-r.Used, 0), r.ResetMS
-		return nil
-	}
-	r, err := luascript.ParseSlidingWindowTake(res)
-	o.Healed = r.Healed
-	if err != nil {
-		return err
-	}
-	o.Allowed, o.Replay, o.Used, o.Remaining = r.Allowed, r.Replay, r.Used, max(o.Limit-r.Used, 0)
-	o.ResetMS, o.RetryAfterMS = r.ResetMS, r.RetryAfterMS
-	return nil
 }
 
 // DeniedFor: never. A denial does prove that takes of this cost or more

@@ -18,12 +18,12 @@ import (
 // behind when the take is denied or fails:
 //
 //  1. The checks are grouped by slot, in the order their slots first
-//     appear among the checks. Each group is one multitake.lua call on its
+//     appear among the checks. Each group is one take_checks.lua call on its
 //     master, all or nothing within the group, as on one Redis: so no
 //     budget ever admits more than its limit, whatever runs meanwhile.
 //  2. The groups run one after the other. When every group accepts, the
 //     take is allowed. When one denies (or fails), the groups already
-//     accepted are given back (multitake_giveback.lua): each check that
+//     accepted are given back (give_back.lua): each check that
 //     consumed in this take (not a replay) gets its cost back, found by
 //     the request-id record the take wrote, and the checks of the groups
 //     not run are "skipped".
@@ -96,7 +96,7 @@ func (d *Dispatcher) step(dec *Decision, client rueidis.Client, g []int) (bool, 
 	if err := d.store.Admit(key); err != nil {
 		return false, err
 	}
-	call, err := luascript.MultiTakeCall(dec.takes(g), dec.req.RequestID, dec.digest)
+	call, err := luascript.TakeChecksCall(dec.takes(g), dec.req.RequestID, dec.digest)
 	if err != nil {
 		return false, err
 	}
@@ -124,7 +124,7 @@ func (d *Dispatcher) giveBack(client rueidis.Client, dec *Decision, groups [][]i
 		if len(idx) == 0 {
 			continue
 		}
-		call, err := luascript.MultiGiveBackCall(dec.takes(idx), dec.req.RequestID, dec.digest)
+		call, err := luascript.GiveBackCall(dec.takes(idx), dec.req.RequestID, dec.digest)
 		var given []bool
 		if err == nil {
 			// A give back is the take's cleanup: it gets a whole
@@ -134,7 +134,7 @@ func (d *Dispatcher) giveBack(client rueidis.Client, dec *Decision, groups [][]i
 			span := d.callSpan(callGiveBack, dec)
 			res := call.Exec(ctx, client)
 			d.callEnded(span, res)
-			given, err = luascript.ParseMultiGiveBack(res, len(idx))
+			given, err = luascript.ParseGiveBack(res, len(idx))
 			cancel()
 		}
 		for j, i := range idx {

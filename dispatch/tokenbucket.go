@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
@@ -27,43 +25,19 @@ func bucketOf(l *Limit) luascript.TokenBucket {
 }
 
 func (tokenBucket) Call(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
-	b := bucketOf(l)
+	a := luascript.Args{Key: key, TokenBucket: bucketOf(l), Strict: l.strict()}
 	switch req.Op {
 	case protocol.OpPeek:
-		return luascript.TokenBucketPeekCall(luascript.TokenBucketPeekArgs{Key: key, TokenBucket: b, Strict: l.strict()})
+		return luascript.PeekCall(limits.TokenBucket, a)
 	case protocol.OpTake:
-		if req.Cost > b.Burst {
+		if req.Cost > a.Burst {
 			// More than the bucket holds would be denied for ever.
-			return luascript.Call{}, invalid("cost " + strconv.FormatInt(req.Cost, 10) + " exceeds the burst " + strconv.FormatInt(b.Burst, 10))
+			return luascript.Call{}, invalid("cost " + strconv.FormatInt(req.Cost, 10) + " exceeds the burst " + strconv.FormatInt(a.Burst, 10))
 		}
-		return luascript.TokenBucketTakeCall(luascript.TokenBucketArgs{
-			Key: key, TokenBucket: b, Cost: req.Cost, RequestID: req.RequestID,
-			DedupeMS: l.DedupeMS, Strict: l.strict(), MaxRequestIDs: l.MaxRequestIDs,
-		})
+		a.Cost, a.RequestID, a.DedupeMS, a.MaxRequestIDs = req.Cost, req.RequestID, l.DedupeMS, l.MaxRequestIDs
+		return luascript.TakeCall(limits.TokenBucket, a)
 	}
 	return luascript.Call{}, errNotALease(l)
-}
-
-func (tokenBucket) Parse(req *protocol.Request, l *Limit, res rueidis.RedisResult, o *Outcome) error {
-	if req.Op == protocol.OpPeek {
-		r, err := luascript.ParseTokenBucketPeek(res)
-		if err != nil {
-			return err
-		}
-		o.Used, o.Remaining, o.ResetMS = o.Limit-r.Remaining, r.Remaining, r.ResetMS
-		return nil
-	}
-	r, err := luascript.ParseTokenBucketTake(res)
-	o.Healed = r.Healed
-	if err != nil {
-		return err
-	}
-	if r.Remaining > o.Limit {
-		return malformedReply("token bucket take: remaining " + strconv.FormatInt(r.Remaining, 10) + " above the burst")
-	}
-	o.Allowed, o.Replay, o.Used, o.Remaining = r.Allowed, r.Replay, o.Limit-r.Remaining, r.Remaining
-	o.ResetMS, o.RetryAfterMS = r.ResetMS, r.RetryAfterMS
-	return nil
 }
 
 // DeniedFor: a bucket gains tokens only with time, and other takes only

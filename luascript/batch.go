@@ -32,7 +32,7 @@ var batchDriver string
 // batchScript decides several calls, of the scripts that are the prelude
 // then a body, in one script call (batch.lua); batchIndex is each such
 // script's body index in it. The take of several limits is one: its body
-// holds the take bodies it runs (multitake.go).
+// holds the take bodies it runs (takechecks.go).
 var batchScript, batchIndex = newBatch(scripts)
 
 // batchBody is a script's body as a function of KEYS and ARGV: the body

@@ -11,7 +11,7 @@ import (
 // hash slot on a Cluster, and leaves alone what the batch cannot carry.
 func TestGroupCalls(t *testing.T) {
 	take := func(key string) Call { return Call{s: fixedWindowTake, keys: []string{key}, args: []string{"1"}} }
-	other := newScript("other.lua", "return 1")
+	other := newScript("other.lua", "return 1", nil)
 	var calls []Call
 	for i := range MaxBatch + 1 {
 		calls = append(calls, take("k"+strconv.Itoa(i)))
@@ -58,7 +58,7 @@ func TestBatchCarriesThePreludeAndBodyScripts(t *testing.T) {
 	}
 	// The take of several limits joins its take bodies inside its own body,
 	// so it is the prelude then its body too.
-	if _, ok := batchIndex[multiTake]; !ok {
+	if _, ok := batchIndex[takeChecks]; !ok {
 		t.Error("the take of several limits is not in the batch")
 	}
 	own := &script{name: "own.lua", src: "local MINE = 1\n" + prelude + "\n-- own.lua\nreturn MINE"}

@@ -38,7 +38,7 @@ func (c batchingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 	if !ok {
 		return c.Client.Do(ctx, cmd)
 	}
-	decoy, err := luascript.PeekCall(luascript.PeekArgs{Key: "batch-decoy", Limit: 1, WindowMS: 1})
+	decoy, err := luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: "batch-decoy", Limit: 1, WindowMS: 1})
 	if err != nil {
 		return rueidis.NewErrorResult(err)
 	}
@@ -135,21 +135,22 @@ func must(t *testing.T) func(luascript.Call, error) luascript.Call {
 // durations are, for each script, the elements of its reply that count ms
 // from Redis's now: two Redis servers answer them a few ms apart.
 var durations = map[string][]int{
-	"fixed_window_take.lua":   {3},
-	"fixed_window_peek.lua":   {2},
-	"token_bucket_take.lua":   {3, 4},
-	"token_bucket_peek.lua":   {1},
-	"concurrency_take.lua":    {3, 4},
-	"concurrency_peek.lua":    {1},
-	"sliding_window_take.lua": {3, 4},
-	"sliding_window_peek.lua": {1},
-	"calendar_take.lua":       {3},
-	"calendar_peek.lua":       {2},
+	// A take's reset_ms and retry_after_ms, a peek's reset_ms.
+	"fixed_window_take.lua":   {4, 5},
+	"fixed_window_peek.lua":   {3},
+	"token_bucket_take.lua":   {4, 5},
+	"token_bucket_peek.lua":   {3},
+	"concurrency_take.lua":    {4, 5},
+	"concurrency_peek.lua":    {3},
+	"sliding_window_take.lua": {4, 5},
+	"sliding_window_peek.lua": {3},
+	"calendar_take.lua":       {4, 5},
+	"calendar_peek.lua":       {3},
 	// A settle's reset_ms and retry_after_ms.
-	"fixed_window_settle.lua":   {4, 5},
-	"sliding_window_settle.lua": {4, 5},
-	"calendar_settle.lua":       {4, 5},
-	"token_bucket_settle.lua":   {4, 5},
+	"fixed_window_settle.lua":   {5, 6},
+	"sliding_window_settle.lua": {5, 6},
+	"calendar_settle.lua":       {5, 6},
+	"token_bucket_settle.lua":   {5, 6},
 }
 
 // sameReply fails unless two replies of script are the same: the same
@@ -258,19 +259,19 @@ func mixedBatch(t *testing.T, e *env, seed ...*env) ([]luascript.Call, []string)
 	tbKey, ccKey, swKey := e.tbKey("tb"), e.ccKey("cc"), luascript.SlidingWindowKey(e.prefix, "pol", "sw")
 	tbMinute, tbDeep := e.tbKey("tb-minute"), e.tbKey("tb-deep")
 	hourly := luascript.TokenBucket{Rate: 1, PeriodMS: 3_600_000, Burst: 2}
-	tb := func(cost int64, id string) luascript.TokenBucketArgs {
-		return luascript.TokenBucketArgs{Key: tbKey, TokenBucket: hourly, Cost: cost, DedupeMS: 600_000, MaxRequestIDs: 10, RequestID: id}
+	tb := func(cost int64, id string) luascript.Args {
+		return luascript.Args{Key: tbKey, TokenBucket: hourly, Cost: cost, DedupeMS: 600_000, MaxRequestIDs: 10, RequestID: id}
 	}
-	sw := func(cost int64, id string) luascript.SlidingWindowArgs {
-		return luascript.SlidingWindowArgs{Key: swKey, Limit: 3, WindowMS: limits.MaxWindowMS, Cost: cost, RequestID: id, MaxRequestIDs: 10}
+	sw := func(cost int64, id string) luascript.Args {
+		return luascript.Args{Key: swKey, Limit: 3, WindowMS: limits.MaxWindowMS, Cost: cost, RequestID: id, MaxRequestIDs: 10}
 	}
 	month := limits.CalendarWindow{Limit: 3, Period: limits.PeriodMonth, TimeZone: "UTC", WeekStart: time.Monday}
 	cal := e.cal(month, "cal", time.Now(), 2, "k")
-	calPeek := luascript.CalendarPeekArgs{Key: cal.Key, Spec: cal.Spec, Limit: cal.Limit, Periods: cal.Periods}
+	calPeek := luascript.Args{Key: cal.Key, Spec: cal.Spec, Limit: cal.Limit, Periods: cal.Periods}
 	// One hash tag: a take of several limits is one slot's call on a Cluster.
 	mfw, mtbKey := e.key("{m}fw"), e.tbKey("{m}tb")
-	mtb := func(cost int64, id string) luascript.TokenBucketArgs {
-		return luascript.TokenBucketArgs{Key: mtbKey, TokenBucket: hourly, Cost: cost, DedupeMS: 600_000, MaxRequestIDs: 10, RequestID: id}
+	mtb := func(cost int64, id string) luascript.Args {
+		return luascript.Args{Key: mtbKey, TokenBucket: hourly, Cost: cost, DedupeMS: 600_000, MaxRequestIDs: 10, RequestID: id}
 	}
 	full := args(fw, 3, 1, "c")
 	full.MaxRequestIDs = 1
@@ -278,83 +279,83 @@ func mixedBatch(t *testing.T, e *env, seed ...*env) ([]luascript.Call, []string)
 	strict.Strict = true
 
 	calls := []luascript.Call{
-		m(luascript.TakeCall(args(fw, 3, 2, "a"))),
-		m(luascript.TakeCall(args(fw, 3, 2, "b"))), // denied
-		m(luascript.TakeCall(args(fw, 3, 2, "a"))), // replay
-		m(luascript.TakeCall(args(fw, 3, 1, "a"))), // conflict
-		m(luascript.TakeCall(full)),                // request ids full
-		m(luascript.TakeCall(strict)),              // policy
+		m(luascript.TakeCall(limits.FixedWindow, args(fw, 3, 2, "a"))),
+		m(luascript.TakeCall(limits.FixedWindow, args(fw, 3, 2, "b"))), // denied
+		m(luascript.TakeCall(limits.FixedWindow, args(fw, 3, 2, "a"))), // replay
+		m(luascript.TakeCall(limits.FixedWindow, args(fw, 3, 1, "a"))), // conflict
+		m(luascript.TakeCall(limits.FixedWindow, full)),                // request ids full
+		m(luascript.TakeCall(limits.FixedWindow, strict)),              // policy
 		raw(t, "fixed_window_take.lua", []string{fw}, "0", "60000", "1", "1", "0", ""),
 		raw(t, "fixed_window_take.lua", []string{fw}, "3", "60000", "1", "1", "0"),
-		m(luascript.PeekCall(luascript.PeekArgs{Key: fw, Limit: 3, WindowMS: minute})),
-		m(luascript.TakeCall(args(str, 3, 1, ""))),   // wrongtype
-		m(luascript.TakeCall(args(nottl, 3, 1, ""))), // healed
-		m(luascript.PeekCall(luascript.PeekArgs{Key: str, Limit: 3, WindowMS: minute})),
+		m(luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: fw, Limit: 3, WindowMS: minute})),
+		m(luascript.TakeCall(limits.FixedWindow, args(str, 3, 1, ""))),   // wrongtype
+		m(luascript.TakeCall(limits.FixedWindow, args(nottl, 3, 1, ""))), // healed
+		m(luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: str, Limit: 3, WindowMS: minute})),
 
-		m(luascript.TokenBucketTakeCall(tb(1, "x"))),
-		m(luascript.TokenBucketTakeCall(tb(1, "x"))), // replay
-		m(luascript.TokenBucketTakeCall(tb(2, "x"))), // conflict
-		m(luascript.TokenBucketTakeCall(tb(2, ""))),  // denied
-		m(luascript.TokenBucketTakeCall(tb(1, "y"))),
-		m(luascript.TokenBucketPeekCall(luascript.TokenBucketPeekArgs{Key: tbKey, TokenBucket: hourly})),
-		m(luascript.TokenBucketPeekCall(luascript.TokenBucketPeekArgs{Key: tbKey, TokenBucket: luascript.TokenBucket{Rate: 2, PeriodMS: 3_600_000, Burst: 2}, Strict: true})),
+		m(luascript.TakeCall(limits.TokenBucket, tb(1, "x"))),
+		m(luascript.TakeCall(limits.TokenBucket, tb(1, "x"))), // replay
+		m(luascript.TakeCall(limits.TokenBucket, tb(2, "x"))), // conflict
+		m(luascript.TakeCall(limits.TokenBucket, tb(2, ""))),  // denied
+		m(luascript.TakeCall(limits.TokenBucket, tb(1, "y"))),
+		m(luascript.PeekCall(limits.TokenBucket, luascript.Args{Key: tbKey, TokenBucket: hourly})),
+		m(luascript.PeekCall(limits.TokenBucket, luascript.Args{Key: tbKey, TokenBucket: luascript.TokenBucket{Rate: 2, PeriodMS: 3_600_000, Burst: 2}, Strict: true})),
 		raw(t, "token_bucket_take.lua", []string{tbKey}, "1", "3600000", "2", "3", "600000", "10", "0", ""),
 		raw(t, "token_bucket_take.lua", []string{str}, "1", "3600000", "2", "1", "600000", "10", "0", ""),
 		// Buckets of the same rate and another period or burst, between
 		// decisions on the hourly one: each decides by its own shape.
-		m(luascript.TokenBucketTakeCall(luascript.TokenBucketArgs{Key: tbMinute, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: minute, Burst: 2}, Cost: 2, DedupeMS: 600_000, MaxRequestIDs: 10})),
-		m(luascript.TokenBucketTakeCall(tb(1, ""))),
-		m(luascript.TokenBucketTakeCall(luascript.TokenBucketArgs{Key: tbDeep, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: 3_600_000, Burst: 5}, Cost: 3, DedupeMS: 600_000, MaxRequestIDs: 10, RequestID: "z"})),
-		m(luascript.TokenBucketPeekCall(luascript.TokenBucketPeekArgs{Key: tbMinute, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: minute, Burst: 2}})),
+		m(luascript.TakeCall(limits.TokenBucket, luascript.Args{Key: tbMinute, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: minute, Burst: 2}, Cost: 2, DedupeMS: 600_000, MaxRequestIDs: 10})),
+		m(luascript.TakeCall(limits.TokenBucket, tb(1, ""))),
+		m(luascript.TakeCall(limits.TokenBucket, luascript.Args{Key: tbDeep, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: 3_600_000, Burst: 5}, Cost: 3, DedupeMS: 600_000, MaxRequestIDs: 10, RequestID: "z"})),
+		m(luascript.PeekCall(limits.TokenBucket, luascript.Args{Key: tbMinute, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: minute, Burst: 2}})),
 
-		m(luascript.ConcurrencyTakeCall(lease(ccKey, 1, minute, "a"))),
-		m(luascript.ConcurrencyTakeCall(lease(ccKey, 1, minute, "b"))), // denied
-		m(luascript.ConcurrencyTakeCall(lease(ccKey, 1, minute, "a"))), // renewed
-		m(luascript.ConcurrencyPeekCall(luascript.LeasePeekArgs{Key: ccKey, Leases: luascript.Leases{Limit: 1, LeaseMS: minute}})),
-		m(luascript.ConcurrencyReleaseCall(ccKey, "a")),
-		m(luascript.ConcurrencyReleaseCall(ccKey, "a")), // nothing left
+		m(luascript.TakeCall(limits.Concurrency, lease(ccKey, 1, minute, "a"))),
+		m(luascript.TakeCall(limits.Concurrency, lease(ccKey, 1, minute, "b"))), // denied
+		m(luascript.TakeCall(limits.Concurrency, lease(ccKey, 1, minute, "a"))), // renewed
+		m(luascript.PeekCall(limits.Concurrency, luascript.Args{Key: ccKey, Limit: 1, LeaseMS: minute})),
+		m(luascript.ReleaseCall(ccKey, "a")),
+		m(luascript.ReleaseCall(ccKey, "a")), // nothing left
 		raw(t, "concurrency_release.lua", []string{ccKey}, "a b"),
 		raw(t, "concurrency_take.lua", []string{str}, "1", "60000", "0", "a"),
 
-		m(luascript.SlidingWindowTakeCall(sw(2, "s"))),
-		m(luascript.SlidingWindowTakeCall(sw(2, "s"))), // replay
-		m(luascript.SlidingWindowTakeCall(sw(2, ""))),  // denied
-		m(luascript.SlidingWindowPeekCall(luascript.SlidingWindowPeekArgs{Key: swKey, Limit: 3, WindowMS: limits.MaxWindowMS})),
+		m(luascript.TakeCall(limits.SlidingWindow, sw(2, "s"))),
+		m(luascript.TakeCall(limits.SlidingWindow, sw(2, "s"))), // replay
+		m(luascript.TakeCall(limits.SlidingWindow, sw(2, ""))),  // denied
+		m(luascript.PeekCall(limits.SlidingWindow, luascript.Args{Key: swKey, Limit: 3, WindowMS: limits.MaxWindowMS})),
 		raw(t, "sliding_window_take.lua", []string{swKey}, "3", "0", "1", "10", "0", ""),
 
-		m(luascript.CalendarTakeCall(cal)),
-		m(luascript.CalendarTakeCall(cal)), // replay
-		m(luascript.CalendarPeekCall(calPeek)),
-		raw(t, "calendar_peek.lua", luascript.CallKeys(m(luascript.CalendarPeekCall(calPeek))), append([]string{"3", "2", cal.Spec}, luascript.CallArgs(m(luascript.CalendarPeekCall(calPeek)))[3:]...)...),
-		m(luascript.CalendarTakeCall(cal)),
+		m(luascript.TakeCall(limits.Calendar, cal)),
+		m(luascript.TakeCall(limits.Calendar, cal)), // replay
+		m(luascript.PeekCall(limits.Calendar, calPeek)),
+		raw(t, "calendar_peek.lua", luascript.CallKeys(m(luascript.PeekCall(limits.Calendar, calPeek))), append([]string{"3", "2", cal.Spec}, luascript.CallArgs(m(luascript.PeekCall(limits.Calendar, calPeek)))[3:]...)...),
+		m(luascript.TakeCall(limits.Calendar, cal)),
 
 		// Settles of the takes above: applied, replayed, conflicting, of a
 		// request id never taken.
-		m(luascript.FixedWindowSettleCall(luascript.WindowSettleArgs{Key: fw, Limit: 3, WindowMS: minute, Cost: 1, RequestID: "a"})),
-		m(luascript.FixedWindowSettleCall(luascript.WindowSettleArgs{Key: fw, Limit: 3, WindowMS: minute, Cost: 1, RequestID: "a"})),
-		m(luascript.FixedWindowSettleCall(luascript.WindowSettleArgs{Key: fw, Limit: 3, WindowMS: minute, Cost: 0, RequestID: "a"})),
-		m(luascript.FixedWindowSettleCall(luascript.WindowSettleArgs{Key: fw, Limit: 3, WindowMS: minute, Cost: 1, RequestID: "never"})),
-		m(luascript.SlidingWindowSettleCall(luascript.WindowSettleArgs{Key: swKey, Limit: 3, WindowMS: limits.MaxWindowMS, Cost: 1, RequestID: "s"})),
+		m(luascript.SettleCall(limits.FixedWindow, luascript.Args{Key: fw, Limit: 3, WindowMS: minute, Cost: 1, RequestID: "a"})),
+		m(luascript.SettleCall(limits.FixedWindow, luascript.Args{Key: fw, Limit: 3, WindowMS: minute, Cost: 1, RequestID: "a"})),
+		m(luascript.SettleCall(limits.FixedWindow, luascript.Args{Key: fw, Limit: 3, WindowMS: minute, Cost: 0, RequestID: "a"})),
+		m(luascript.SettleCall(limits.FixedWindow, luascript.Args{Key: fw, Limit: 3, WindowMS: minute, Cost: 1, RequestID: "never"})),
+		m(luascript.SettleCall(limits.SlidingWindow, luascript.Args{Key: swKey, Limit: 3, WindowMS: limits.MaxWindowMS, Cost: 1, RequestID: "s"})),
 
 		// Takes of several limits: accepted, replayed, denied by one check.
-		multi(t, "m1", []luascript.Call{m(luascript.TakeCall(args(mfw, 2, 1, "m1"))), m(luascript.TokenBucketTakeCall(mtb(1, "m1")))}),
-		multi(t, "m1", []luascript.Call{m(luascript.TakeCall(args(mfw, 2, 1, "m1"))), m(luascript.TokenBucketTakeCall(mtb(1, "m1")))}),
-		multi(t, "m2", []luascript.Call{m(luascript.TakeCall(args(mfw, 2, 1, "m2"))), m(luascript.TokenBucketTakeCall(mtb(2, "m2")))}),
+		takeOfChecks(t, "m1", []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args(mfw, 2, 1, "m1"))), m(luascript.TakeCall(limits.TokenBucket, mtb(1, "m1")))}),
+		takeOfChecks(t, "m1", []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args(mfw, 2, 1, "m1"))), m(luascript.TakeCall(limits.TokenBucket, mtb(1, "m1")))}),
+		takeOfChecks(t, "m2", []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args(mfw, 2, 1, "m2"))), m(luascript.TakeCall(limits.TokenBucket, mtb(2, "m2")))}),
 	}
 	return calls, []string{fw, nottl, tbKey, tbMinute, tbDeep, ccKey, swKey, mfw, mtbKey}
 }
 
-// multi is the call of a take of several limits, the checks' calls built
+// takeOfChecks is the call of a take of several limits, the checks' calls built
 // with the take's request id.
-func multi(t *testing.T, id string, checks []luascript.Call) luascript.Call {
+func takeOfChecks(t *testing.T, id string, checks []luascript.Call) luascript.Call {
 	t.Helper()
-	mc := make([]luascript.MultiCheck, len(checks))
+	mc := make([]luascript.TakeCheck, len(checks))
 	parts := make([]string, len(checks))
 	for i, c := range checks {
-		mc[i] = luascript.MultiCheck{Call: c}
+		mc[i] = luascript.TakeCheck{Call: c}
 		parts[i] = c.Key()
 	}
-	call, err := luascript.MultiTakeCall(mc, id, luascript.MultiDigest(parts))
+	call, err := luascript.TakeChecksCall(mc, id, luascript.ChecksDigest(parts))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,17 +418,17 @@ func TestBatchAfterScriptFlushRunsEveryDecisionOnce(t *testing.T) {
 	m := must(t)
 	a, b := e.key("a"), e.key("b")
 	calls := []luascript.Call{
-		m(luascript.TakeCall(args(a, 5, 1, ""))),
-		m(luascript.TakeCall(args(a, 5, 1, "i"))),
-		m(luascript.TakeCall(args(b, 5, 2, ""))),
-		m(luascript.PeekCall(luascript.PeekArgs{Key: a, Limit: 5, WindowMS: minute})),
+		m(luascript.TakeCall(limits.FixedWindow, args(a, 5, 1, ""))),
+		m(luascript.TakeCall(limits.FixedWindow, args(a, 5, 1, "i"))),
+		m(luascript.TakeCall(limits.FixedWindow, args(b, 5, 2, ""))),
+		m(luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: a, Limit: 5, WindowMS: minute})),
 	}
 	for _, r := range luascript.ExecBatch(t.Context(), e.c, calls[:2]) {
 		if _, err := luascript.ParseTake(r); err != nil {
 			t.Fatal(err) // the batch script is loaded now
 		}
 	}
-	calls[1] = m(luascript.TakeCall(args(a, 5, 1, "j")))
+	calls[1] = m(luascript.TakeCall(limits.FixedWindow, args(a, 5, 1, "j")))
 	e.mustDo("SCRIPT", "FLUSH")
 	e.mustDo("CONFIG", "RESETSTAT")
 	res := luascript.ExecBatch(t.Context(), e.c, calls)
@@ -472,12 +473,12 @@ func TestBatchOnAFullRedis(t *testing.T) {
 		}
 	})
 	calls := []luascript.Call{
-		m(luascript.TakeCall(args(live, 5, 1, "b"))),   // refused: nothing wrote yet
-		m(luascript.TakeCall(args(fresh, 5, 1, ""))),   // refused
-		m(luascript.TakeCall(args(live, 5, 2, "a"))),   // a replay writes nothing
-		m(luascript.TakeCall(args(live, 5, 4, ""))),    // a denial writes nothing
-		m(luascript.TakeCall(args(healing, 5, 1, ""))), // PEXPIRE first, then its HSET is allowed
-		m(luascript.TakeCall(args(after, 5, 1, "z"))),  // allowed: the call has written
+		m(luascript.TakeCall(limits.FixedWindow, args(live, 5, 1, "b"))),   // refused: nothing wrote yet
+		m(luascript.TakeCall(limits.FixedWindow, args(fresh, 5, 1, ""))),   // refused
+		m(luascript.TakeCall(limits.FixedWindow, args(live, 5, 2, "a"))),   // a replay writes nothing
+		m(luascript.TakeCall(limits.FixedWindow, args(live, 5, 4, ""))),    // a denial writes nothing
+		m(luascript.TakeCall(limits.FixedWindow, args(healing, 5, 1, ""))), // PEXPIRE first, then its HSET is allowed
+		m(luascript.TakeCall(limits.FixedWindow, args(after, 5, 1, "z"))),  // allowed: the call has written
 	}
 	res := luascript.ExecBatch(t.Context(), e.c, calls)
 	for i := range 2 {
@@ -667,7 +668,7 @@ func TestBatchOnAClusterSplitsBySlot(t *testing.T) {
 		// Eight subjects, five decisions each, interleaved.
 		k := luascript.FixedWindowKey(prefix, "pol", "s"+strconv.Itoa(i%8))
 		slots[keyslot.Of(k)]++
-		calls = append(calls, m(luascript.TakeCall(args(k, 3, 1, ""))))
+		calls = append(calls, m(luascript.TakeCall(limits.FixedWindow, args(k, 3, 1, ""))))
 	}
 	for _, n := range cl.Masters {
 		if err := n.Do(t, "CONFIG", "RESETSTAT").Error(); err != nil {
@@ -737,11 +738,11 @@ func TestBatchOnMiniredis(t *testing.T) {
 	m := must(t)
 	k := e.key("u")
 	calls := []luascript.Call{
-		m(luascript.TakeCall(args(k, 3, 2, "a"))),
-		m(luascript.TakeCall(args(k, 3, 2, "a"))),
-		m(luascript.TakeCall(args(k, 3, 2, "b"))),
-		m(luascript.TakeCall(args(k, 3, 1, "a"))),
-		m(luascript.PeekCall(luascript.PeekArgs{Key: k, Limit: 3, WindowMS: minute})),
+		m(luascript.TakeCall(limits.FixedWindow, args(k, 3, 2, "a"))),
+		m(luascript.TakeCall(limits.FixedWindow, args(k, 3, 2, "a"))),
+		m(luascript.TakeCall(limits.FixedWindow, args(k, 3, 2, "b"))),
+		m(luascript.TakeCall(limits.FixedWindow, args(k, 3, 1, "a"))),
+		m(luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: k, Limit: 3, WindowMS: minute})),
 		raw(t, "fixed_window_take.lua", []string{k}, "0", "60000", "1", "1", "0", ""),
 	}
 	res := luascript.ExecBatch(t.Context(), c, calls)
@@ -789,22 +790,22 @@ func BenchmarkBatch(b *testing.B) {
 		call func(subject, id string) (luascript.Call, error)
 	}{
 		{"fixed_window", func(s, id string) (luascript.Call, error) {
-			return luascript.TakeCall(luascript.TakeArgs{Key: luascript.FixedWindowKey(prefix, "", s), Limit: luascript.MaxLimit, WindowMS: 60_000, Cost: 1, MaxRequestIDs: luascript.MaxRequestIDsSize, RequestID: id})
+			return luascript.TakeCall(limits.FixedWindow, luascript.Args{Key: luascript.FixedWindowKey(prefix, "", s), Limit: luascript.MaxLimit, WindowMS: 60_000, Cost: 1, MaxRequestIDs: luascript.MaxRequestIDsSize, RequestID: id})
 		}},
 		{"fixed_window_no_id", func(s, _ string) (luascript.Call, error) {
-			return luascript.TakeCall(luascript.TakeArgs{Key: luascript.FixedWindowKey(prefix, "", s), Limit: luascript.MaxLimit, WindowMS: 60_000, Cost: 1, MaxRequestIDs: luascript.MaxRequestIDsSize})
+			return luascript.TakeCall(limits.FixedWindow, luascript.Args{Key: luascript.FixedWindowKey(prefix, "", s), Limit: luascript.MaxLimit, WindowMS: 60_000, Cost: 1, MaxRequestIDs: luascript.MaxRequestIDsSize})
 		}},
 		{"token_bucket", func(s, id string) (luascript.Call, error) {
-			return luascript.TokenBucketTakeCall(luascript.TokenBucketArgs{Key: luascript.TokenBucketKey(prefix, "", s), TokenBucket: bucket, Cost: 1, DedupeMS: 60_000, MaxRequestIDs: luascript.MaxRequestIDsSize, RequestID: id})
+			return luascript.TakeCall(limits.TokenBucket, luascript.Args{Key: luascript.TokenBucketKey(prefix, "", s), TokenBucket: bucket, Cost: 1, DedupeMS: 60_000, MaxRequestIDs: luascript.MaxRequestIDsSize, RequestID: id})
 		}},
 		{"sliding_window", func(s, id string) (luascript.Call, error) {
-			return luascript.SlidingWindowTakeCall(luascript.SlidingWindowArgs{Key: luascript.SlidingWindowKey(prefix, "", s), Limit: luascript.MaxLimit, WindowMS: 60_000, Cost: 1, MaxRequestIDs: luascript.MaxRequestIDsSize, RequestID: id})
+			return luascript.TakeCall(limits.SlidingWindow, luascript.Args{Key: luascript.SlidingWindowKey(prefix, "", s), Limit: luascript.MaxLimit, WindowMS: 60_000, Cost: 1, MaxRequestIDs: luascript.MaxRequestIDsSize, RequestID: id})
 		}},
 		{"concurrency", func(s, id string) (luascript.Call, error) {
-			return luascript.ConcurrencyTakeCall(luascript.LeaseArgs{Key: luascript.ConcurrencyKey(prefix, "", s), Leases: luascript.Leases{Limit: luascript.MaxLeases, LeaseMS: 60_000}, RequestID: id})
+			return luascript.TakeCall(limits.Concurrency, luascript.Args{Key: luascript.ConcurrencyKey(prefix, "", s), Limit: luascript.MaxLeases, LeaseMS: 60_000, RequestID: id})
 		}},
 		{"calendar", func(s, id string) (luascript.Call, error) {
-			return luascript.CalendarTakeCall(luascript.CalendarArgs{Key: luascript.CalendarKey(prefix, "", s), Spec: month.Spec(), Limit: month.Limit, Periods: periods, Cost: 1, MaxRequestIDs: luascript.MaxRequestIDsSize, RequestID: id})
+			return luascript.TakeCall(limits.Calendar, luascript.Args{Key: luascript.CalendarKey(prefix, "", s), Spec: month.Spec(), Limit: month.Limit, Periods: periods, Cost: 1, MaxRequestIDs: luascript.MaxRequestIDsSize, RequestID: id})
 		}},
 	}
 	modes := []struct {
@@ -878,16 +879,13 @@ func BenchmarkBatch(b *testing.B) {
 	}
 }
 
-// fastChecks are, per script, the start of the check of all its arguments
-// at once, which the checks one by one back up, and what turns it off: a
-// pattern that never matches, or a condition that always fails.
-var fastChecks = map[string][2]string{
-	"fixed_window_take.lua":   {"if not (limit and window and cost and maxids and", "if true or not (limit and window and cost and maxids and"},
-	"sliding_window_take.lua": {"if not (limit and window and cost and maxids and", "if true or not (limit and window and cost and maxids and"},
-	"token_bucket_take.lua":   {"if not (rate and period and burst and cost and dedupe and maxids and", "if true or not (rate and period and burst and cost and dedupe and maxids and"},
-	"concurrency_take.lua":    {"if not (limit and lease and", "if true or not (limit and lease and"},
-	"calendar_take.lua":       {`'^[1-9]%d*:[1-9]%d*:[1-9]%d*:[01]:[A-Za-z0-9_%-]*:[1-9]%d*:[1-9]%d*:[1-9]%d*:[1-9]%d*$'`, `'^never$'`},
-}
+// fastCheck starts the check of all of a script's arguments at once,
+// which the checks one by one back up (contract.go), and fastOff turns it
+// off: a condition that always fails.
+const (
+	fastCheck = "-- Every argument at once, else one by one:\nif not ("
+	fastOff   = "-- Every argument at once, else one by one:\nif true or not ("
+)
 
 // argVariants are what each argument of a take is tried as: canonical
 // decimals at and past their bounds, and every form tonumber or a loose
@@ -914,12 +912,12 @@ func TestFastArgumentChecksAgreeWithTheSlowOnes(t *testing.T) {
 		// Redis's clock out of them (CLOCK_SKEW).
 		"calendar_take.lua": {append([]string{"5", "1", "10", "0", "id", "5:hour:UTC:monday:0"}, hourEdges()...)},
 	}
-	for script, check := range fastChecks {
+	for script := range bases {
 		src := luascript.ScriptText(script)
-		if strings.Count(src, check[0]) != 1 {
-			t.Fatalf("%s: the check %s is not in the script once", script, check[0])
+		if strings.Count(src, fastCheck) != 1 {
+			t.Fatalf("%s: the check of every argument at once is not in the script once", script)
 		}
-		slow := strings.Replace(src, check[0], check[1], 1)
+		slow := strings.Replace(src, fastCheck, fastOff, 1)
 		n := 0
 		for _, base := range bases[script] {
 			for i := range base {
@@ -929,7 +927,7 @@ func TestFastArgumentChecksAgreeWithTheSlowOnes(t *testing.T) {
 					n++
 					keys := func(side string) []string {
 						k := e.prefix + "{" + side + ":" + strconv.Itoa(n) + "}"
-						if script == "calendar_take.lua" {
+						if strings.HasPrefix(script, "calendar_") {
 							return []string{"3", k + ":1", k + ":2", k + ":3"}
 						}
 						return []string{"1", k}

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 )
 
@@ -20,42 +21,42 @@ func BenchmarkTake(b *testing.B) {
 	b.Cleanup(func() { redistest.AssertAllKeysHaveTTL(b, c, prefix) })
 	ctx := b.Context()
 	b.Run("fixed_window", func(b *testing.B) {
-		a := luascript.TakeArgs{Key: luascript.FixedWindowKey(prefix, "", "fw"), Limit: luascript.MaxLimit, WindowMS: 60_000, Cost: 1, MaxRequestIDs: 10}
+		a := luascript.Args{Key: luascript.FixedWindowKey(prefix, "", "fw"), Limit: luascript.MaxLimit, WindowMS: 60_000, Cost: 1, MaxRequestIDs: 10}
 		for b.Loop() {
-			if _, err := luascript.FixedWindowTake(ctx, c, a); err != nil {
+			if _, err := luascript.Take(ctx, c, limits.FixedWindow, a); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("token_bucket", func(b *testing.B) {
 		bucket := luascript.TokenBucket{Rate: 1_000_000, PeriodMS: 1000, Burst: 1_000_000}
-		a := luascript.TokenBucketArgs{Key: luascript.TokenBucketKey(prefix, "", "tb"), TokenBucket: bucket, Cost: 1, DedupeMS: bucket.RefillMS(), MaxRequestIDs: 10}
+		a := luascript.Args{Key: luascript.TokenBucketKey(prefix, "", "tb"), TokenBucket: bucket, Cost: 1, DedupeMS: bucket.RefillMS(), MaxRequestIDs: 10}
 		for b.Loop() {
-			if _, err := luascript.TokenBucketTake(ctx, c, a); err != nil {
+			if _, err := luascript.Take(ctx, c, limits.TokenBucket, a); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("token_bucket_request_id", func(b *testing.B) {
 		bucket := luascript.TokenBucket{Rate: 1_000_000, PeriodMS: 1000, Burst: 1_000_000}
-		a := luascript.TokenBucketArgs{Key: luascript.TokenBucketKey(prefix, "", "tbr"), TokenBucket: bucket, Cost: 1, DedupeMS: 100, MaxRequestIDs: luascript.MaxRequestIDsSize}
+		a := luascript.Args{Key: luascript.TokenBucketKey(prefix, "", "tbr"), TokenBucket: bucket, Cost: 1, DedupeMS: 100, MaxRequestIDs: luascript.MaxRequestIDsSize}
 		i := 0
 		for b.Loop() {
 			i++
 			a.RequestID = "r" + strconv.Itoa(i)
-			if _, err := luascript.TokenBucketTake(ctx, c, a); err != nil {
+			if _, err := luascript.Take(ctx, c, limits.TokenBucket, a); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("concurrency_take_release", func(b *testing.B) {
 		k := luascript.ConcurrencyKey(prefix, "", "cc")
-		a := luascript.LeaseArgs{Key: k, Leases: luascript.Leases{Limit: 100, LeaseMS: 60_000}, RequestID: "job"}
+		a := luascript.Args{Key: k, Limit: 100, LeaseMS: 60_000, RequestID: "job"}
 		for b.Loop() {
-			if _, err := luascript.ConcurrencyTake(ctx, c, a); err != nil {
+			if _, err := luascript.Take(ctx, c, limits.Concurrency, a); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := luascript.ConcurrencyRelease(ctx, c, k, "job"); err != nil {
+			if _, err := luascript.Release(ctx, c, k, "job"); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -99,30 +100,30 @@ func BenchmarkScriptTime(b *testing.B) {
 		b.ReportMetric((redisCPU(b, c)-cpu0)*1e6/float64(i), "redis-cpu-µs/op")
 	}
 	b.Run("fixed_window_fresh_id", func(b *testing.B) {
-		a := luascript.TakeArgs{Key: luascript.FixedWindowKey(prefix, "", "fw"), Limit: luascript.MaxLimit, WindowMS: 60_000, Cost: 1, MaxRequestIDs: luascript.MaxRequestIDsSize}
+		a := luascript.Args{Key: luascript.FixedWindowKey(prefix, "", "fw"), Limit: luascript.MaxLimit, WindowMS: 60_000, Cost: 1, MaxRequestIDs: luascript.MaxRequestIDsSize}
 		run(b, func(i int) error {
 			a.RequestID = "r" + strconv.Itoa(i)
-			_, err := luascript.FixedWindowTake(ctx, c, a)
+			_, err := luascript.Take(ctx, c, limits.FixedWindow, a)
 			return err
 		})
 	})
 	b.Run("token_bucket_fresh_id", func(b *testing.B) {
 		bucket := luascript.TokenBucket{Rate: 1_000_000, PeriodMS: 1000, Burst: 1_000_000}
-		a := luascript.TokenBucketArgs{Key: luascript.TokenBucketKey(prefix, "", "tb"), TokenBucket: bucket, Cost: 1, DedupeMS: 100, MaxRequestIDs: luascript.MaxRequestIDsSize}
+		a := luascript.Args{Key: luascript.TokenBucketKey(prefix, "", "tb"), TokenBucket: bucket, Cost: 1, DedupeMS: 100, MaxRequestIDs: luascript.MaxRequestIDsSize}
 		run(b, func(i int) error {
 			a.RequestID = "r" + strconv.Itoa(i)
-			_, err := luascript.TokenBucketTake(ctx, c, a)
+			_, err := luascript.Take(ctx, c, limits.TokenBucket, a)
 			return err
 		})
 	})
 	b.Run("concurrency_take_release", func(b *testing.B) {
 		k := luascript.ConcurrencyKey(prefix, "", "cc")
-		a := luascript.LeaseArgs{Key: k, Leases: luascript.Leases{Limit: 100, LeaseMS: 60_000}, RequestID: "job"}
+		a := luascript.Args{Key: k, Limit: 100, LeaseMS: 60_000, RequestID: "job"}
 		run(b, func(int) error {
-			if _, err := luascript.ConcurrencyTake(ctx, c, a); err != nil {
+			if _, err := luascript.Take(ctx, c, limits.Concurrency, a); err != nil {
 				return err
 			}
-			_, err := luascript.ConcurrencyRelease(ctx, c, k, "job")
+			_, err := luascript.Release(ctx, c, k, "job")
 			return err
 		})
 	})

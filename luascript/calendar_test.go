@@ -17,25 +17,25 @@ var utcDay = limits.CalendarWindow{Limit: 5, Period: limits.PeriodDay, TimeZone:
 
 // cal is a take of cost on the calendar window of subject, with the
 // periods computed around at (the caller's clock).
-func (e *env) cal(c limits.CalendarWindow, subject string, at time.Time, cost int64, id string) luascript.CalendarArgs {
-	return luascript.CalendarArgs{
+func (e *env) cal(c limits.CalendarWindow, subject string, at time.Time, cost int64, id string) luascript.Args {
+	return luascript.Args{
 		Key: luascript.CalendarKey(e.prefix, "pol", subject), Spec: c.Spec(), Limit: c.Limit,
 		Periods: luascript.CalendarAround(c, c.Offset(subject), at), Cost: cost, RequestID: id, MaxRequestIDs: 100,
 	}
 }
 
-func (e *env) calTake(a luascript.CalendarArgs) luascript.CalendarResult {
+func (e *env) calTake(a luascript.Args) luascript.Result {
 	e.t.Helper()
-	r, err := luascript.CalendarTake(e.t.Context(), e.c, a)
+	r, err := luascript.Take(e.t.Context(), e.c, limits.Calendar, a)
 	if err != nil {
 		e.t.Fatalf("calendar take %+v: %v", a, err)
 	}
 	return r
 }
 
-func (e *env) calTakeErr(a luascript.CalendarArgs, want error) error {
+func (e *env) calTakeErr(a luascript.Args, want error) error {
 	e.t.Helper()
-	r, err := luascript.CalendarTake(e.t.Context(), e.c, a)
+	r, err := luascript.Take(e.t.Context(), e.c, limits.Calendar, a)
 	if !errors.Is(err, want) {
 		e.t.Fatalf("calendar take %+v = %+v, %v; want %v", a, r, err, want)
 	}
@@ -124,13 +124,13 @@ func TestCalendarTake(t *testing.T) {
 		t.Fatalf("take of what is left = %+v, want allowed at used 5", r)
 	}
 
-	p, err := luascript.CalendarPeek(t.Context(), e.c, luascript.CalendarPeekArgs{
+	p, err := luascript.Peek(t.Context(), e.c, limits.Calendar, luascript.Args{
 		Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: a.Periods, Strict: true,
 	})
 	if err != nil || !p.Exists || p.Used != 5 || p.ResetMS <= 0 || p.ResetMS > r.ResetMS {
 		t.Fatalf("peek = %+v, %v; want used 5", p, err)
 	}
-	empty, err := luascript.CalendarPeek(t.Context(), e.c, luascript.CalendarPeekArgs{
+	empty, err := luascript.Peek(t.Context(), e.c, limits.Calendar, luascript.Args{
 		Key: luascript.CalendarKey(e.prefix, "pol", "nobody"), Spec: a.Spec, Limit: a.Limit, Periods: a.Periods,
 	})
 	if err != nil || empty.Exists || empty.Used != 0 || empty.ResetMS <= 0 {
@@ -201,7 +201,7 @@ func TestCalendarRedisClockDecides(t *testing.T) {
 	if m := e.hash(want); m["used"] != "2" {
 		t.Fatalf("%s = %v, want both takes counted in Redis's hour", want, m)
 	}
-	_, err := luascript.CalendarTake(t.Context(), e.c, e.cal(hour, "u", now.Add(-3*time.Hour), 1, ""))
+	_, err := luascript.Take(t.Context(), e.c, limits.Calendar, e.cal(hour, "u", now.Add(-3*time.Hour), 1, ""))
 	if le := (*luascript.Error)(nil); !errors.As(err, &le) || le.Code != luascript.CodeClockSkew {
 		t.Fatalf("take three hours behind = %v, want %s", err, luascript.CodeClockSkew)
 	}
@@ -272,16 +272,16 @@ func TestCalendarInvalid(t *testing.T) {
 	e := setup(t)
 	now := e.redisNow()
 	good := e.cal(utcDay, "u", now, 1, "")
-	for name, mod := range map[string]func(*luascript.CalendarArgs){
-		"cost above limit": func(a *luascript.CalendarArgs) { a.Cost = 6 },
-		"no key":           func(a *luascript.CalendarArgs) { a.Key = "" },
-		"edges decrease":   func(a *luascript.CalendarArgs) { a.Periods.Edges[2] = a.Periods.Edges[1] },
-		"bad id":           func(a *luascript.CalendarArgs) { a.RequestID = "a b" },
-		"no spec":          func(a *luascript.CalendarArgs) { a.Spec = "" },
+	for name, mod := range map[string]func(*luascript.Args){
+		"cost above limit": func(a *luascript.Args) { a.Cost = 6 },
+		"no key":           func(a *luascript.Args) { a.Key = "" },
+		"edges decrease":   func(a *luascript.Args) { a.Periods.Edges[2] = a.Periods.Edges[1] },
+		"bad id":           func(a *luascript.Args) { a.RequestID = "a b" },
+		"no spec":          func(a *luascript.Args) { a.Spec = "" },
 	} {
 		a := good
 		mod(&a)
-		if _, err := luascript.CalendarTakeCall(a); !errors.Is(err, luascript.ErrInvalid) {
+		if _, err := luascript.TakeCall(limits.Calendar, a); !errors.Is(err, luascript.ErrInvalid) {
 			t.Errorf("%s: %v, want INVALID", name, err)
 		}
 	}
@@ -346,7 +346,7 @@ func TestCalendarOnMiniredis(t *testing.T) {
 	if r := e.calTake(a); r.Allowed || r.Used != 3 {
 		t.Fatalf("take over the limit = %+v", r)
 	}
-	p, err := luascript.CalendarPeek(t.Context(), c, luascript.CalendarPeekArgs{Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: a.Periods, Strict: true})
+	p, err := luascript.Peek(t.Context(), c, limits.Calendar, luascript.Args{Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: a.Periods, Strict: true})
 	if err != nil || p.Used != 3 || !p.Exists {
 		t.Fatalf("peek = %+v, %v", p, err)
 	}
@@ -443,7 +443,7 @@ func TestCalendarRefusalsWriteNothing(t *testing.T) {
 	start, _ := utcDay.Bounds(now)
 	key := luascript.CalendarPeriodKey(a.Key, start.UnixMilli())
 	before, ttl := e.hash(key), e.pexpiretime(key)
-	refuse := func(what string, b luascript.CalendarArgs, want error) {
+	refuse := func(what string, b luascript.Args, want error) {
 		t.Helper()
 		if want == nil {
 			if r := e.calTake(b); r.Allowed {
@@ -470,7 +470,7 @@ func TestCalendarRefusalsWriteNothing(t *testing.T) {
 	b.RequestID, b.Cost = "", 4
 	refuse("denial", b, nil)
 	b = e.cal(utcDay, "u", now.Add(-72*time.Hour), 1, "")
-	_, err := luascript.CalendarTake(t.Context(), e.c, b)
+	_, err := luascript.Take(t.Context(), e.c, limits.Calendar, b)
 	if le := (*luascript.Error)(nil); !errors.As(err, &le) || le.Code != luascript.CodeClockSkew {
 		t.Fatalf("skewed take = %v, want CLOCK_SKEW", err)
 	}
@@ -481,12 +481,12 @@ func TestCalendarRefusalsWriteNothing(t *testing.T) {
 	}
 	for _, lua := range []string{"return nil", "return {1, 2, 0, 1000}", "return {2, 2, 0, 1000, 0}", "return {0, 2, 1, 1000, 0}",
 		"return {1, -1, 0, 1000, 0}", "return {1, 1, 0, 0, 0}", "return {1, 1, 0, 2764800001, 0}"} {
-		if _, err := luascript.ParseCalendarTake(reply(lua)); !errors.Is(err, luascript.ErrMalformedReply) {
+		if _, err := luascript.ParseTake(reply(lua)); !errors.Is(err, luascript.ErrMalformedReply) {
 			t.Errorf("ParseCalendarTake of %q = %v, want MALFORMED_REPLY", lua, err)
 		}
 	}
 	for _, lua := range []string{"return {1, 2}", "return {0, 1, 10}", "return {1, 2, 0}", "return {2, 0, 10}", "return 1"} {
-		if _, err := luascript.ParseCalendarPeek(reply(lua)); !errors.Is(err, luascript.ErrMalformedReply) {
+		if _, err := luascript.ParsePeek(reply(lua)); !errors.Is(err, luascript.ErrMalformedReply) {
 			t.Errorf("ParseCalendarPeek of %q = %v, want MALFORMED_REPLY", lua, err)
 		}
 	}
@@ -496,27 +496,27 @@ func TestCalendarRefusalsWriteNothing(t *testing.T) {
 func TestCalendarInExecMulti(t *testing.T) {
 	e := setup(t)
 	now := e.redisNow()
-	take, err := luascript.CalendarTakeCall(e.cal(utcDay, "u", now, 1, ""))
+	take, err := luascript.TakeCall(limits.Calendar, e.cal(utcDay, "u", now, 1, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := e.cal(utcDay, "u", now, 1, "")
-	peek, err := luascript.CalendarPeekCall(luascript.CalendarPeekArgs{Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: a.Periods})
+	peek, err := luascript.PeekCall(limits.Calendar, luascript.Args{Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: a.Periods})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fw, err := luascript.TakeCall(luascript.TakeArgs{Key: e.key("u"), Limit: 1, WindowMS: 60000, Cost: 1, MaxRequestIDs: 1})
+	fw, err := luascript.TakeCall(limits.FixedWindow, luascript.Args{Key: e.key("u"), Limit: 1, WindowMS: 60000, Cost: 1, MaxRequestIDs: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	res := luascript.ExecMulti(t.Context(), e.c, []luascript.Call{take, fw, peek})
-	if r, err := luascript.ParseCalendarTake(res[0]); err != nil || !r.Allowed {
+	if r, err := luascript.ParseTake(res[0]); err != nil || !r.Allowed {
 		t.Fatalf("calendar take in a batch = %+v, %v", r, err)
 	}
 	if r, err := luascript.ParseTake(res[1]); err != nil || !r.Allowed {
 		t.Fatalf("fixed window take in a batch = %+v, %v", r, err)
 	}
-	if p, err := luascript.ParseCalendarPeek(res[2]); err != nil || p.Used != 1 {
+	if p, err := luascript.ParsePeek(res[2]); err != nil || p.Used != 1 {
 		t.Fatalf("calendar peek in a batch = %+v, %v", p, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"quotad/limits"
 	"quotad/luascript"
 )
 
@@ -42,11 +43,11 @@ func TestFixedWindowLayoutAcrossReleases(t *testing.T) {
 	if v := e.evalOld("fixed_window_take.lua", old, "5", "60000", "2", "10", "0", "a"); v[0] != 1 || v[1] != 2 {
 		t.Fatalf("old take = %v", v)
 	}
-	e.take(luascript.TakeArgs{Key: cur, Limit: 5, WindowMS: 60000, Cost: 2, MaxRequestIDs: 10, RequestID: "a"})
+	e.take(luascript.Args{Key: cur, Limit: 5, WindowMS: 60000, Cost: 2, MaxRequestIDs: 10, RequestID: "a"})
 	sameHash(t, "after one take each", e.hash(cur), e.hash(old))
 
 	// This release reads what the previous one wrote...
-	a := luascript.TakeArgs{Key: old, Limit: 5, WindowMS: 60000, Cost: 2, MaxRequestIDs: 10, RequestID: "a"}
+	a := luascript.Args{Key: old, Limit: 5, WindowMS: 60000, Cost: 2, MaxRequestIDs: 10, RequestID: "a"}
 	if r := e.take(a); !r.Replay || r.Used != 2 {
 		t.Fatalf("replay of an old record = %+v", r)
 	}
@@ -54,7 +55,7 @@ func TestFixedWindowLayoutAcrossReleases(t *testing.T) {
 	if r := e.take(a); !r.Allowed || r.Replay || r.Used != 3 {
 		t.Fatalf("take on an old window = %+v, want used 3", r)
 	}
-	if p, err := luascript.FixedWindowPeek(t.Context(), e.c, luascript.PeekArgs{Key: old, Limit: 5, WindowMS: 60000}); err != nil || p.Used != 3 {
+	if p, err := luascript.Peek(t.Context(), e.c, limits.FixedWindow, luascript.Args{Key: old, Limit: 5, WindowMS: 60000}); err != nil || p.Used != 3 {
 		t.Fatalf("peek of an old window = %+v, %v", p, err)
 	}
 	// ...and the previous one reads what this one wrote.
@@ -76,7 +77,7 @@ func TestTokenBucketLayoutAcrossReleases(t *testing.T) {
 	argv := func(cost, id string) []string {
 		return []string{"1", "3600000", "5", cost, "60000", "10", "0", id}
 	}
-	a := luascript.TokenBucketArgs{Key: cur, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: 3600000, Burst: 5}, Cost: 2, DedupeMS: 60000, MaxRequestIDs: 10, RequestID: "a"}
+	a := luascript.Args{Key: cur, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: 3600000, Burst: 5}, Cost: 2, DedupeMS: 60000, MaxRequestIDs: 10, RequestID: "a"}
 
 	if v := e.evalOld("token_bucket_take.lua", old, argv("2", "a")...); v[0] != 1 || v[2] != 3 {
 		t.Fatalf("old take = %v", v)
@@ -131,7 +132,7 @@ func TestTokenBucketLayoutAcrossReleases(t *testing.T) {
 	// A bucket this release wrote without request ids holds no ids, qh or
 	// qt, and the previous release takes from it and records in it.
 	bare := e.tbKey("bare")
-	e.tbTake(luascript.TokenBucketArgs{Key: bare, TokenBucket: a.TokenBucket, Cost: 1, DedupeMS: 60000, MaxRequestIDs: 10})
+	e.tbTake(luascript.Args{Key: bare, TokenBucket: a.TokenBucket, Cost: 1, DedupeMS: 60000, MaxRequestIDs: 10})
 	if h := e.hash(bare); len(h) != 3 || h["tat"] == "" || h["rem"] != "0" || h["policy"] != "1:3600000:5" {
 		t.Fatalf("bucket after a take without a request id = %v, want tat, rem and policy only", h)
 	}
@@ -141,7 +142,7 @@ func TestTokenBucketLayoutAcrossReleases(t *testing.T) {
 	if h := e.hash(bare); h["ids"] != "1" || h["qh"] != "0" || h["qt"] != "1" {
 		t.Fatalf("bare bucket after an old take = %v", h)
 	}
-	if r := e.tbTake(luascript.TokenBucketArgs{Key: bare, TokenBucket: a.TokenBucket, Cost: 1, DedupeMS: 60000, MaxRequestIDs: 10, RequestID: "d"}); !r.Replay || r.Remaining != 3 {
+	if r := e.tbTake(luascript.Args{Key: bare, TokenBucket: a.TokenBucket, Cost: 1, DedupeMS: 60000, MaxRequestIDs: 10, RequestID: "d"}); !r.Replay || r.Remaining != 3 {
 		t.Fatalf("replay of the old record on a bare bucket = %+v", r)
 	}
 }

@@ -1,7 +1,7 @@
 -- Frees one concurrency lease. See doc.go for the hash layout.
 --
 -- KEYS[1]  lease hash
--- ARGV[1]  request_id     1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]: the lease's name
+-- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
 -- Reply {released, used}, integers only: released is 1 when a live lease of
 -- that name was freed, 0 when there was none (expired, released before, or
@@ -14,51 +14,19 @@
 -- first write (DEL, or HDEL then PEXPIRE), after which only the decision
 -- is answered.
 
-if #KEYS ~= 1 or #ARGV ~= 1 then
-  return fail('INVALID', 'want 1 key and 1 argument')
-end
-local key, id = KEYS[1], ARGV[1]
-if #id < 1 or #id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID) then
-  return fail('INVALID', REQUEST_ID_RULE)
-end
+--#args
 
 local _, now = redis_now()
 
-local all = redis.pcall('HGETALL', key)
-if all.err then
-  return failed_read('lease set', all)
-end
+local policy, own = nil, 'l:' .. id
+--#include lease_scan
 if #all == 0 then
   return {0, 0}
 end
-local mine = 'l:' .. id
-local stored, released, live, last, gone = false, 0, 0, 0, nil
-for i = 1, #all, 2 do
-  local k, v = all[i], all[i + 1]
-  if k == 'policy' and string.find(v, '^%d+:%d+$') then
-    stored = true
-  else
-    local x = dec(v, 0, MAX_EXACT)
-    if not string.find(k, '^l:.') or not x then
-      return fail('WRONGTYPE', NOT_OURS .. 'lease set: a hash with other fields')
-    end
-    if x <= now then
-      gone = gone or {}
-      gone[#gone + 1] = k
-    elseif k == mine then
-      gone = gone or {}
-      gone[#gone + 1] = k
-      released = 1
-    else
-      live = live + 1
-      if x > last then
-        last = x
-      end
-    end
-  end
-end
-if not stored then
-  return fail('WRONGTYPE', NOT_OURS .. 'lease set: a hash with other fields')
+local released, gone = 0, expired
+if mine then
+  released, gone = 1, gone or {}
+  gone[#gone + 1] = own
 end
 if live == 0 then
   redis.call('DEL', key)

@@ -9,38 +9,39 @@ import (
 	"testing"
 	"time"
 
+	"quotad/limits"
 	"quotad/luascript"
 )
 
-func lease(key string, limit, leaseMS int64, id string) luascript.LeaseArgs {
-	return luascript.LeaseArgs{Key: key, Leases: luascript.Leases{Limit: limit, LeaseMS: leaseMS}, RequestID: id}
+func lease(key string, limit, leaseMS int64, id string) luascript.Args {
+	return luascript.Args{Key: key, Limit: limit, LeaseMS: leaseMS, RequestID: id}
 }
 
 func (e *env) ccKey(subject string) string {
 	return luascript.ConcurrencyKey(e.prefix, "pol", subject)
 }
 
-func (e *env) acquire(a luascript.LeaseArgs) luascript.LeaseResult {
+func (e *env) acquire(a luascript.Args) luascript.Result {
 	e.t.Helper()
-	r, err := luascript.ConcurrencyTake(e.t.Context(), e.c, a)
+	r, err := luascript.Take(e.t.Context(), e.c, limits.Concurrency, a)
 	if err != nil {
 		e.t.Fatalf("concurrency take %+v: %v", a, err)
 	}
 	return r
 }
 
-func (e *env) release(key, id string) luascript.ReleaseResult {
+func (e *env) release(key, id string) luascript.Result {
 	e.t.Helper()
-	r, err := luascript.ConcurrencyRelease(e.t.Context(), e.c, key, id)
+	r, err := luascript.Release(e.t.Context(), e.c, key, id)
 	if err != nil {
 		e.t.Fatalf("release %s %s: %v", key, id, err)
 	}
 	return r
 }
 
-func (e *env) leasePeek(key string, limit, leaseMS int64) luascript.LeasePeekResult {
+func (e *env) leasePeek(key string, limit, leaseMS int64) luascript.Result {
 	e.t.Helper()
-	r, err := luascript.ConcurrencyPeek(e.t.Context(), e.c, luascript.LeasePeekArgs{Key: key, Leases: luascript.Leases{Limit: limit, LeaseMS: leaseMS}})
+	r, err := luascript.Peek(e.t.Context(), e.c, limits.Concurrency, luascript.Args{Key: key, Limit: limit, LeaseMS: leaseMS})
 	if err != nil {
 		e.t.Fatalf("concurrency peek %s: %v", key, err)
 	}
@@ -103,7 +104,7 @@ func TestConcurrentLeasesNeverOverLimit(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			r, err := luascript.ConcurrencyTake(t.Context(), e.c, lease(k, 5, minute, "w"+strconv.Itoa(i)))
+			r, err := luascript.Take(t.Context(), e.c, limits.Concurrency, lease(k, 5, minute, "w"+strconv.Itoa(i)))
 			if err != nil {
 				t.Error(err)
 				return
@@ -176,10 +177,10 @@ func TestLeasePolicyAndWrongType(t *testing.T) {
 	e.acquire(a)
 	other := a
 	other.Limit = 3
-	if _, err := luascript.ConcurrencyTake(t.Context(), e.c, other); !errors.Is(err, luascript.ErrPolicy) {
+	if _, err := luascript.Take(t.Context(), e.c, limits.Concurrency, other); !errors.Is(err, luascript.ErrPolicy) {
 		t.Fatalf("strict take with another limit = %v, want POLICY", err)
 	}
-	if _, err := luascript.ConcurrencyPeek(t.Context(), e.c, luascript.LeasePeekArgs{Key: k, Leases: other.Leases, Strict: true}); !errors.Is(err, luascript.ErrPolicy) {
+	if _, err := luascript.Peek(t.Context(), e.c, limits.Concurrency, luascript.Args{Key: k, Limit: other.Limit, LeaseMS: other.LeaseMS, Strict: true}); !errors.Is(err, luascript.ErrPolicy) {
 		t.Fatalf("strict peek with another limit = %v, want POLICY", err)
 	}
 	// A named policy's lowered limit applies at once; a holder still renews.
@@ -197,14 +198,14 @@ func TestLeasePolicyAndWrongType(t *testing.T) {
 	e.mustDo("SET", s, "v", "PX", "60000")
 	for name, err := range map[string]error{
 		"take": func() error {
-			_, err := luascript.ConcurrencyTake(t.Context(), e.c, lease(s, 1, minute, "a"))
+			_, err := luascript.Take(t.Context(), e.c, limits.Concurrency, lease(s, 1, minute, "a"))
 			return err
 		}(),
 		"peek": func() error {
-			_, err := luascript.ConcurrencyPeek(t.Context(), e.c, luascript.LeasePeekArgs{Key: s, Leases: luascript.Leases{Limit: 1, LeaseMS: 1}})
+			_, err := luascript.Peek(t.Context(), e.c, limits.Concurrency, luascript.Args{Key: s, Limit: 1, LeaseMS: 1})
 			return err
 		}(),
-		"release": func() error { _, err := luascript.ConcurrencyRelease(t.Context(), e.c, s, "a"); return err }(),
+		"release": func() error { _, err := luascript.Release(t.Context(), e.c, s, "a"); return err }(),
 	} {
 		if !errors.Is(err, luascript.ErrWrongType) {
 			t.Errorf("%s on a string = %v, want WRONGTYPE", name, err)
@@ -214,7 +215,7 @@ func TestLeasePolicyAndWrongType(t *testing.T) {
 	h := e.ccKey("h")
 	e.mustDo("HSET", h, "tat", "1", "rem", "0", "policy", "1:1:1")
 	e.mustDo("PEXPIRE", h, "60000")
-	if _, err := luascript.ConcurrencyTake(t.Context(), e.c, lease(h, 1, minute, "a")); !errors.Is(err, luascript.ErrWrongType) {
+	if _, err := luascript.Take(t.Context(), e.c, limits.Concurrency, lease(h, 1, minute, "a")); !errors.Is(err, luascript.ErrWrongType) {
 		t.Fatalf("take on a token bucket = %v, want WRONGTYPE", err)
 	}
 	// Every field of a lease set is its policy or a lease with a decimal
@@ -232,14 +233,14 @@ func TestLeasePolicyAndWrongType(t *testing.T) {
 		e.mustDo("PEXPIRE", h, "60000")
 		errs := map[string]error{
 			"take": func() error {
-				_, err := luascript.ConcurrencyTake(t.Context(), e.c, lease(h, 5, minute, "a"))
+				_, err := luascript.Take(t.Context(), e.c, limits.Concurrency, lease(h, 5, minute, "a"))
 				return err
 			}(),
 			"peek": func() error {
-				_, err := luascript.ConcurrencyPeek(t.Context(), e.c, luascript.LeasePeekArgs{Key: h, Leases: luascript.Leases{Limit: 5, LeaseMS: minute}})
+				_, err := luascript.Peek(t.Context(), e.c, limits.Concurrency, luascript.Args{Key: h, Limit: 5, LeaseMS: minute})
 				return err
 			}(),
-			"release": func() error { _, err := luascript.ConcurrencyRelease(t.Context(), e.c, h, "b"); return err }(),
+			"release": func() error { _, err := luascript.Release(t.Context(), e.c, h, "b"); return err }(),
 		}
 		for op, err := range errs {
 			if !errors.Is(err, luascript.ErrWrongType) {
@@ -257,7 +258,7 @@ func TestLeasePolicyAndWrongType(t *testing.T) {
 		}
 	}
 	// A take needs a request id: it names the lease.
-	if _, err := luascript.ConcurrencyTake(t.Context(), e.c, lease(k, 2, minute, "")); !errors.Is(err, luascript.ErrInvalid) {
+	if _, err := luascript.Take(t.Context(), e.c, limits.Concurrency, lease(k, 2, minute, "")); !errors.Is(err, luascript.ErrInvalid) {
 		t.Fatalf("take without a request id = %v, want INVALID", err)
 	}
 	for name, argv := range map[string][]string{

@@ -134,16 +134,16 @@
 //
 // # Several limits in one take
 //
-// multitake.lua takes the checks of one take all or nothing: its script is
+// take_checks.lua takes the checks of one take all or nothing: its script is
 // the prelude and every take body above, each unchanged as a local
-// function, run twice (multitake.go joins them at init). The first pass
+// function, run twice (takechecks.go joins them at init). The first pass
 // runs each check's body against a redis whose writes go nowhere
-// (multitake_redis.lua); when every check that is not a shadow one
+// (take_checks_redis.lua); when every check that is not a shadow one
 // accepts, the second runs them again, for real. Both read one TIME, and
 // no two checks share a key, so the second pass decides as the first; the
 // script's header argues it per algorithm, and why a full Redis
 // (maxmemory) leaves nothing half-written. Each check's record r:<id> gets
-// two more fields, "m<digest>" of the take's set of checks (MultiDigest)
+// two more fields, "m<digest>" of the take's set of checks (ChecksDigest)
 // and a copy of its last field, so that a retry with another set or cost
 // is CONFLICT while a single take's readers still read the leading fields
 // and the last one:
@@ -155,8 +155,8 @@
 // A concurrency check's record is its lease, which holds no digest. On a
 // Redis Cluster the keys of one call must share a slot (keyslot.Of); a
 // subject's own hash tag makes them (key.go). A take whose keys do not is
-// taken a slot at a time by the dispatcher, and multitake_giveback.lua
-// (MultiGiveBackCall) gives back a slot's checks, found by their records,
+// taken a slot at a time by the dispatcher, and give_back.lua
+// (GiveBackCall) gives back a slot's checks, found by their records,
 // when a later slot denies.
 //
 // Peek scripts start with "#!lua flags=no-writes" (see scripts.go).
@@ -164,27 +164,32 @@
 // # Calls
 //
 // Every script call is a Call, built and validated by the builder of its
-// algorithm and op, and read by the parser of the same name:
+// op, for any algorithm (its name in quotad/limits), from one Args, and
+// read by the parser of its op into one Result:
 //
-//	fixed window   TakeCall / ParseTake, PeekCall / ParsePeek
-//	token bucket   TokenBucketTakeCall / ParseTokenBucketTake,
-//	               TokenBucketPeekCall / ParseTokenBucketPeek
-//	concurrency    ConcurrencyTakeCall / ParseConcurrencyTake,
-//	               ConcurrencyPeekCall / ParseConcurrencyPeek,
-//	               ConcurrencyReleaseCall / ParseConcurrencyRelease
-//	settles        FixedWindowSettleCall, SlidingWindowSettleCall,
-//	               CalendarSettleCall, TokenBucketSettleCall, each with
-//	               its Parse...Settle (settle.go)
-//	several limits MultiTakeCall (of the takes' calls) / ParseMultiTake,
-//	               whose Checks each take's parser reads
+//	take     TakeCall / ParseTake    {allowed, replay, used, remaining,
+//	                                  reset_ms, retry_after_ms, healed}
+//	peek     PeekCall / ParsePeek    {exists, used, remaining, reset_ms}
+//	settle   SettleCall / ParseSettle {settled, replay, reserved, used,
+//	                                  remaining, reset_ms, retry_after_ms,
+//	                                  healed}
+//	release  ReleaseCall / ParseRelease {released, used}
+//	several limits  TakeChecksCall (of the takes' calls) / ParseTakeChecks,
+//	                whose Checks ParseTake reads
+//
+// Every script of an op replies in its layout, so a take's replay flag is
+// in one place whatever its algorithm. What each script takes is its
+// contract (contract.go): its keys and its arguments, in order, with
+// their kinds and bounds. The builders write ARGV from Args by the
+// contract's names, and the scripts' argument checks are written from it
+// too, so neither can drift from the other.
 //
 // Call.Exec sends one call; ExecMulti sends calls of any mix of scripts in
 // one round trip, each its own script call, and returns their results in
 // order; ExecBatch (what the dispatcher uses) sends them as batch script
-// calls and returns the same results. The one-shot functions
-// (FixedWindowTake, TokenBucketTake, ...) are a builder, Exec and a
-// parser. Go validates against quotad/limits before anything is sent; a
-// script refusal is an *Error with a stable Code.
+// calls and returns the same results. Take, Peek, Settle and Release are
+// a builder, Exec and a parser. Go validates against quotad/limits before
+// anything is sent; a script refusal is an *Error with a stable Code.
 //
 // # Batches
 //
@@ -207,40 +212,45 @@
 // # Adding a script
 //
 //  1. Write <name>.lua. A peek's first line is "#!lua flags=no-writes".
-//     The body may use the prelude's helpers (prelude.lua), joined before
-//     it at init, and must not define its own: dec (a canonical decimal in
-//     bounds), fail (every error reply, with TTL_RESTORED when it healed),
-//     NOT_OURS (the start of the scripts' own WRONGTYPE message),
-//     failed_read (the WRONGTYPE guard: the reply to a failed redis.pcall
-//     read of the key), REQUEST_ID (a request id's pattern), redis_now
-//     (Redis's clock in µs and ms, read once a call), num (an argument's
-//     value, read once a call), gcra and sliding_window (the token
-//     bucket's and the sliding window's exact arithmetic, made once a call
-//     for each bucket shape or window), and the constants scripts.go
-//     writes from quotad/limits:
+//     Where it reads its arguments, a line "--#args" is replaced by the
+//     checks of its contract; a line "--#include <piece> k=v ..." by a
+//     piece of pieces.lua, the Lua several scripts share (a window's TTL
+//     heal, a calendar's period, the pruning of a queue of records...),
+//     each ${k} by v: plain text, with no function call. The body may use
+//     the prelude's helpers (prelude.lua), joined before it at init, and
+//     must not define its own: dec (a canonical decimal in bounds), fail
+//     (every error reply, with TTL_RESTORED when it healed), NOT_OURS (the
+//     start of the scripts' own WRONGTYPE message), failed_read (the
+//     WRONGTYPE guard: the reply to a failed redis.pcall read of the key),
+//     REQUEST_ID (a request id's pattern), redis_now (Redis's clock in µs
+//     and ms, read once a call), num (an argument's value, read once a
+//     call), gcra and sliding_window (the token bucket's and the sliding
+//     window's exact arithmetic, made once a call for each bucket shape or
+//     window), and the constants scripts.go writes from quotad/limits:
 //     MAX_LIMIT, MAX_WINDOW_MS, MAX_LEASES, MAX_REQUEST_ID_BYTES,
-//     MAX_REQUEST_IDS, MAX_EXACT and REQUEST_ID_RULE. A new bound goes into
-//     quotad/limits and boundsLua, never into a script as a literal. Redis
-//     makes every helper again on each run of every script, so a helper
-//     earns its place in the prelude only if several scripts need it, and
-//     refers to no local unless that pays (see the top of prelude.lua).
+//     MAX_REQUEST_IDS, MAX_EXACT, MAX_PERIOD_MS and REQUEST_ID_RULE. A new
+//     bound goes into quotad/limits and boundsLua, never into a script as
+//     a literal. Redis makes every helper again on each run of every
+//     script, so a helper earns its place in the prelude only if several
+//     scripts need it, and refers to no local unless that pays (see the
+//     top of prelude.lua); Lua several scripts share but that runs once a
+//     decision goes into pieces.lua instead.
 //  2. At its top, say in a comment where its first write is and why every
 //     error reply precedes it (at most a restored TTL may come first), as
 //     the other scripts do: callers treat an *Error as "nothing applied".
 //     Check every argument before touching Redis; give every key it writes
-//     a TTL.
-//  3. Embed it and register it with newScript next to its algorithm's Go
-//     code, with a builder that validates (quotad/limits) and returns a
-//     Call, and a parser that accepts only the reply shape the script
-//     sends (else CodeMalformedReply). Keep a one-shot function as
-//     builder, Exec and parser, if callers need one.
+//     a TTL. Reply in its op's layout (# Calls).
+//  3. Declare its contract in contract.go (a field in algorithms.go
+//     for an argument of a new name), embed it and register it with
+//     newScript in algorithms.go, in its algorithm's entry of algorithms
+//     (a new algorithm: a new entry, with the check of its limits).
 //  4. Add it to scripts in load.go, so Load and Sources (readiness, the
 //     ACL test) know it, and the batch script carries it. A take script
-//     also goes into multiBodies (multitake.go), with the place of its
-//     request_id argument and of its reply's replay flag, so a take of
-//     several limits can run it; its reads must not depend on its own
-//     writes, and its reply must end with its healed flag (see
-//     multitake.lua).
+//     also goes into takeBodies (takechecks.go), with its give back, a
+//     function of give_back.lua that reads the take's arguments
+//     by their names, so a take of several limits can run it and, on a
+//     Redis Cluster, give it back; its reads must not depend on its own
+//     writes (see take_checks.lua).
 //  5. Test it against redis-server (redistest): its decisions; every
 //     refusal in nowrite_test.go (the key is the same before and after);
 //     its arguments EVALed directly, past Go's validation; the embedded
@@ -252,10 +262,9 @@
 //     deciding write first, so that under maxmemory it is refused whole or
 //     decides whole (batch.lua). If it reads a hash an earlier release
 //     wrote, keep that release's script in testdata/ and test both
-//     directions (compat_test.go). A take's arguments may be checked at
-//     once, by num and their bounds, before the checks one by one
-//     (fixed_window_take.lua); then add to fastChecks in batch_test.go the
-//     start of that condition and the text that turns it off.
+//     directions (compat_test.go). A take checks every argument at once
+//     before the checks one by one (its contract's fast); add its
+//     arguments to TestFastArgumentChecksAgreeWithTheSlowOnes.
 //
 // # What this package must never do
 //

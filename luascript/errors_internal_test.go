@@ -7,6 +7,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
+
+	"quotad/limits"
 )
 
 func miniClient(t *testing.T) (*miniredis.Miniredis, rueidis.Client) {
@@ -56,29 +58,37 @@ func TestReplyErrorKeepsRedisOwnErrorsUntyped(t *testing.T) {
 // under the same name, never a decision.
 func TestMalformedReplies(t *testing.T) {
 	_, c := miniClient(t)
-	orig := fixedWindowTake
-	t.Cleanup(func() { fixedWindowTake = orig })
-	a := TakeArgs{Key: "k", Limit: 5, WindowMS: 1000, Cost: 1, MaxRequestIDs: 10}
+	orig := algorithms[limits.FixedWindow]
+	t.Cleanup(func() { algorithms[limits.FixedWindow] = orig })
+	answer := func(body string) {
+		alg := orig
+		alg.take = newScript("test.lua", body, &fixedWindowTakeContract)
+		algorithms[limits.FixedWindow] = alg
+	}
+	a := Args{Key: "k", Limit: 5, WindowMS: 1000, Cost: 1, MaxRequestIDs: 10}
 
 	for _, body := range []string{
 		"return nil",
 		"return 1",
-		"return {1, 2, 0, 1000}",
-		"return {1, 2, 0, 1000, 0, 0}",
-		"return {1, '2', 0, 1000, 0}",
-		"return {2, 2, 0, 1000, 0}",
-		"return {0, 2, 1, 1000, 0}",
-		"return {1, -1, 0, 1000, 0}",
-		"return {1, 2, 0, -1, 0}",
+		"return {1, 0, 2, 3, 1000, 0}",
+		"return {1, 0, 2, 3, 1000, 0, 0, 0}",
+		"return {1, 0, '2', 3, 1000, 0, 0}",
+		"return {2, 0, 2, 3, 1000, 0, 0}",
+		"return {0, 1, 2, 3, 1000, 0, 0}",
+		"return {1, 0, -1, 3, 1000, 0, 0}",
+		"return {1, 0, 2, -3, 1000, 0, 0}",
+		"return {1, 0, 2, 3, -1, 0, 0}",
+		"return {1, 0, 2, 3, 1000, 5, 0}",
+		"return {1, 0, 2, 3, 1000, 0, 2}",
 	} {
-		fixedWindowTake = newScript("test.lua", body)
-		if r, err := FixedWindowTake(t.Context(), c, a); !errors.Is(err, ErrMalformedReply) {
+		answer(body)
+		if r, err := Take(t.Context(), c, limits.FixedWindow, a); !errors.Is(err, ErrMalformedReply) {
 			t.Errorf("%s: take = %+v, %v; want MALFORMED_REPLY", body, r, err)
 		}
 	}
 
-	fixedWindowTake = newScript("test.lua", "return redis.error_reply('ERR boom')")
-	_, err := FixedWindowTake(t.Context(), c, a)
+	answer("return redis.error_reply('ERR boom')")
+	_, err := Take(t.Context(), c, limits.FixedWindow, a)
 	var typed *Error
 	if err == nil || errors.As(err, &typed) {
 		t.Fatalf("take with ERR reply = %v, want an untyped error", err)

@@ -53,7 +53,7 @@ func CallScript(c Call) string {
 // scripts and one more of body, whose index in the batch is returned, for
 // tests of what the driver does with a body that fails.
 func BatchTextWith(body string) (src string, index byte) {
-	s := newScript("extra.lua", body)
+	s := newScript("extra.lua", body, nil)
 	b, idx := newBatch(append(append([]*script(nil), scripts...), s))
 	return b.src, idx[s]
 }

@@ -13,3 +13,14 @@ func ScriptText(name string) string {
 	}
 	return ""
 }
+
+// ScriptBody is the body of the script of file name as assembled from its
+// file (its contract's checks and the pieces it includes), "" for none.
+func ScriptBody(name string) string {
+	for _, s := range scripts {
+		if s.name == name {
+			return s.body
+		}
+	}
+	return ""
+}

@@ -3,31 +3,16 @@
 -- The flags line lets Redis run it on a replica; see scripts.go.
 --
 -- KEYS[1]  window hash
--- ARGV[1]  limit          canonical decimal, 1..MAX_LIMIT
--- ARGV[2]  window_ms      canonical decimal, 1..MAX_WINDOW_MS
--- ARGV[3]  strict         "1": a live window with another policy is POLICY
+-- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {exists, used, pttl_ms}, integers only; pttl_ms is -1 for a window
+-- Reply {exists, used, remaining, pttl_ms}, integers only, as every
+-- peek's (ParsePeek); pttl_ms is -1 for a window
 -- without a TTL (the next take restores it) and 0 when there is no window.
 --
 -- It never writes, so no error reply follows a write; Redis refuses any
 -- write it tried (no-writes).
 
-if #KEYS ~= 1 or #ARGV ~= 3 then
-  return fail('INVALID', 'want 1 key and 3 arguments')
-end
-local key = KEYS[1]
-local limit_s, window_s, strict = ARGV[1], ARGV[2], ARGV[3]
-
-if not dec(limit_s, 1, MAX_LIMIT) then
-  return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
-end
-if not dec(window_s, 1, MAX_WINDOW_MS) then
-  return fail('INVALID', 'window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-end
-if strict ~= '0' and strict ~= '1' then
-  return fail('INVALID', 'strict must be 0 or 1')
-end
+--#args
 
 local f = redis.pcall('HMGET', key, 'used', 'policy')
 if f.err then
@@ -35,7 +20,7 @@ if f.err then
 end
 local pttl = redis.call('PTTL', key)
 if pttl == -2 then
-  return {0, 0, 0}
+  return {0, 0, limit, 0}
 end
 
 local used = dec(f[1], 0, MAX_LIMIT)
@@ -47,4 +32,4 @@ end
 if strict == '1' and f[2] ~= policy then
   return fail('POLICY', 'live window has limit:window_ms ' .. f[2])
 end
-return {1, used, pttl}
+return {1, used, limit > used and limit - used or 0, pttl}

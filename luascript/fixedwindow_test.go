@@ -9,13 +9,14 @@ import (
 	"github.com/redis/rueidis"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 )
 
 const minute = 60_000 // ms; long enough that no test window ends by itself
 
-func args(key string, limit, cost int64, id string) luascript.TakeArgs {
-	return luascript.TakeArgs{Key: key, Limit: limit, WindowMS: minute, Cost: cost, RequestID: id, MaxRequestIDs: 100}
+func args(key string, limit, cost int64, id string) luascript.Args {
+	return luascript.Args{Key: key, Limit: limit, WindowMS: minute, Cost: cost, RequestID: id, MaxRequestIDs: 100}
 }
 
 func TestTakeOpensWindowAtFirstAcceptance(t *testing.T) {
@@ -80,11 +81,11 @@ func TestConcurrentTakesNeverOverAdmit(t *testing.T) {
 
 	const n = 20
 	var wg sync.WaitGroup
-	results := make([]luascript.TakeResult, n)
+	results := make([]luascript.Result, n)
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			results[i], errs[i] = luascript.FixedWindowTake(t.Context(), e.c, args(k, 5, 1, ""))
+			results[i], errs[i] = luascript.Take(t.Context(), e.c, limits.FixedWindow, args(k, 5, 1, ""))
 		})
 	}
 	wg.Wait()
@@ -205,7 +206,7 @@ func TestNamedPolicyChangeAppliesToLiveWindow(t *testing.T) {
 func TestWindowReopensAfterExpiry(t *testing.T) {
 	e := setup(t)
 	k := e.key("u")
-	short := func(cost int64, id string) luascript.TakeArgs {
+	short := func(cost int64, id string) luascript.Args {
 		a := args(k, 2, cost, id)
 		a.WindowMS = 300
 		return a
@@ -232,7 +233,7 @@ func TestWindowReopensAfterExpiry(t *testing.T) {
 func TestRequestIDCap(t *testing.T) {
 	e := setup(t)
 	k := e.key("u")
-	capped := func(cost int64, id string) luascript.TakeArgs {
+	capped := func(cost int64, id string) luascript.Args {
 		a := args(k, 10, cost, id)
 		a.MaxRequestIDs = 2
 		return a
@@ -333,7 +334,7 @@ func TestTakeOnForeignKeyIsWrongType(t *testing.T) {
 				t.Fatalf("error %q does not start with WRONGTYPE", err)
 			}
 			if !tc.takeOnly {
-				_, err = luascript.FixedWindowPeek(t.Context(), e.c, luascript.PeekArgs{Key: k, Limit: 5, WindowMS: minute})
+				_, err = luascript.Peek(t.Context(), e.c, limits.FixedWindow, luascript.Args{Key: k, Limit: 5, WindowMS: minute})
 				if !errors.Is(err, luascript.ErrWrongType) {
 					t.Fatalf("peek = %v, want WRONGTYPE", err)
 				}
@@ -352,35 +353,35 @@ func TestGoValidationPrecedesRedis(t *testing.T) {
 	c := srv.Client(t)
 	srv.Stop(t)
 
-	ok := luascript.TakeArgs{Key: "k", Limit: 5, WindowMS: 1000, Cost: 1, MaxRequestIDs: 10}
-	for name, mut := range map[string]func(*luascript.TakeArgs){
-		"empty key":            func(a *luascript.TakeArgs) { a.Key = "" },
-		"limit 0":              func(a *luascript.TakeArgs) { a.Limit = 0 },
-		"limit negative":       func(a *luascript.TakeArgs) { a.Limit = -1 },
-		"limit too big":        func(a *luascript.TakeArgs) { a.Limit = luascript.MaxLimit + 1 },
-		"window 0":             func(a *luascript.TakeArgs) { a.WindowMS = 0 },
-		"window too long":      func(a *luascript.TakeArgs) { a.WindowMS = luascript.MaxWindowMS + 1 },
-		"cost 0":               func(a *luascript.TakeArgs) { a.Cost = 0 },
-		"cost above limit":     func(a *luascript.TakeArgs) { a.Cost = 6 },
-		"max ids 0":            func(a *luascript.TakeArgs) { a.MaxRequestIDs = 0 },
-		"max ids too big":      func(a *luascript.TakeArgs) { a.MaxRequestIDs = luascript.MaxRequestIDsSize + 1 },
-		"request id space":     func(a *luascript.TakeArgs) { a.RequestID = "a b" },
-		"request id colon":     func(a *luascript.TakeArgs) { a.RequestID = "a:b" },
-		"request id non-ascii": func(a *luascript.TakeArgs) { a.RequestID = "é" },
-		"request id too long":  func(a *luascript.TakeArgs) { a.RequestID = strings.Repeat("a", 65) },
+	ok := luascript.Args{Key: "k", Limit: 5, WindowMS: 1000, Cost: 1, MaxRequestIDs: 10}
+	for name, mut := range map[string]func(*luascript.Args){
+		"empty key":            func(a *luascript.Args) { a.Key = "" },
+		"limit 0":              func(a *luascript.Args) { a.Limit = 0 },
+		"limit negative":       func(a *luascript.Args) { a.Limit = -1 },
+		"limit too big":        func(a *luascript.Args) { a.Limit = luascript.MaxLimit + 1 },
+		"window 0":             func(a *luascript.Args) { a.WindowMS = 0 },
+		"window too long":      func(a *luascript.Args) { a.WindowMS = luascript.MaxWindowMS + 1 },
+		"cost 0":               func(a *luascript.Args) { a.Cost = 0 },
+		"cost above limit":     func(a *luascript.Args) { a.Cost = 6 },
+		"max ids 0":            func(a *luascript.Args) { a.MaxRequestIDs = 0 },
+		"max ids too big":      func(a *luascript.Args) { a.MaxRequestIDs = luascript.MaxRequestIDsSize + 1 },
+		"request id space":     func(a *luascript.Args) { a.RequestID = "a b" },
+		"request id colon":     func(a *luascript.Args) { a.RequestID = "a:b" },
+		"request id non-ascii": func(a *luascript.Args) { a.RequestID = "é" },
+		"request id too long":  func(a *luascript.Args) { a.RequestID = strings.Repeat("a", 65) },
 	} {
 		a := ok
 		mut(&a)
-		if _, err := luascript.FixedWindowTake(t.Context(), c, a); !errors.Is(err, luascript.ErrInvalid) {
+		if _, err := luascript.Take(t.Context(), c, limits.FixedWindow, a); !errors.Is(err, luascript.ErrInvalid) {
 			t.Errorf("%s: take = %v, want INVALID", name, err)
 		}
 	}
-	for name, a := range map[string]luascript.PeekArgs{
+	for name, a := range map[string]luascript.Args{
 		"empty key": {Limit: 5, WindowMS: 1000},
 		"limit 0":   {Key: "k", WindowMS: 1000},
 		"window 0":  {Key: "k", Limit: 5},
 	} {
-		if _, err := luascript.FixedWindowPeek(t.Context(), c, a); !errors.Is(err, luascript.ErrInvalid) {
+		if _, err := luascript.Peek(t.Context(), c, limits.FixedWindow, a); !errors.Is(err, luascript.ErrInvalid) {
 			t.Errorf("%s: peek = %v, want INVALID", name, err)
 		}
 	}
@@ -389,7 +390,7 @@ func TestGoValidationPrecedesRedis(t *testing.T) {
 	a := ok
 	a.RequestID = strings.Repeat("a", 64)
 	a.Limit, a.Cost, a.WindowMS, a.MaxRequestIDs = luascript.MaxLimit, luascript.MaxLimit, luascript.MaxWindowMS, luascript.MaxRequestIDsSize
-	_, err := luascript.FixedWindowTake(t.Context(), c, a)
+	_, err := luascript.Take(t.Context(), c, limits.FixedWindow, a)
 	var typed *luascript.Error
 	if err == nil || errors.As(err, &typed) {
 		t.Fatalf("take with boundary values on a stopped server = %v, want a connection error", err)
@@ -460,18 +461,18 @@ func TestScriptsRejectInvalidArguments(t *testing.T) {
 func TestPeek(t *testing.T) {
 	e := setup(t)
 	k := e.key("u")
-	peek := func(a luascript.PeekArgs) luascript.PeekResult {
+	peek := func(a luascript.Args) luascript.Result {
 		t.Helper()
-		r, err := luascript.FixedWindowPeek(t.Context(), e.c, a)
+		r, err := luascript.Peek(t.Context(), e.c, limits.FixedWindow, a)
 		if err != nil {
 			t.Fatalf("peek %+v: %v", a, err)
 		}
 		return r
 	}
-	pa := luascript.PeekArgs{Key: k, Limit: 5, WindowMS: minute}
+	pa := luascript.Args{Key: k, Limit: 5, WindowMS: minute}
 
-	if r := peek(pa); r != (luascript.PeekResult{}) {
-		t.Fatalf("peek without a window = %+v, want zero", r)
+	if r := peek(pa); r != (luascript.Result{Remaining: 5}) {
+		t.Fatalf("peek without a window = %+v, want nothing used", r)
 	}
 	if n, _ := e.do("EXISTS", k).AsInt64(); n != 0 {
 		t.Fatal("peek created a key")
@@ -487,7 +488,7 @@ func TestPeek(t *testing.T) {
 
 	strict := pa
 	strict.Strict, strict.Limit = true, 6
-	if _, err := luascript.FixedWindowPeek(t.Context(), e.c, strict); !errors.Is(err, luascript.ErrPolicy) {
+	if _, err := luascript.Peek(t.Context(), e.c, limits.FixedWindow, strict); !errors.Is(err, luascript.ErrPolicy) {
 		t.Fatalf("strict peek with another limit = %v, want POLICY", err)
 	}
 	strict.Limit = 5
@@ -517,12 +518,12 @@ func TestConnectionErrorIsNotTyped(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	_, err = luascript.FixedWindowTake(t.Context(), c, args(e.key("u"), 5, 1, ""))
+	_, err = luascript.Take(t.Context(), c, limits.FixedWindow, args(e.key("u"), 5, 1, ""))
 	var typed *luascript.Error
 	if err == nil || errors.As(err, &typed) || !errors.Is(err, rueidis.ErrClosing) {
 		t.Fatalf("take on a closed client = %v, want a wrapped rueidis.ErrClosing", err)
 	}
-	if !strings.HasPrefix(err.Error(), "fixed window take: ") {
+	if !strings.HasPrefix(err.Error(), "take: ") {
 		t.Fatalf("error %q does not name the operation", err)
 	}
 }
@@ -541,10 +542,10 @@ func TestWindowSurvivesRestartWithAOF(t *testing.T) {
 
 	// The client reconnects on its own; its first command may still see the
 	// old connection fail, which is exactly an unknown outcome.
-	var r luascript.TakeResult
+	var r luascript.Result
 	var err error
 	for range 3 {
-		if r, err = luascript.FixedWindowTake(t.Context(), e.c, args(k, 5, 2, "a")); err == nil {
+		if r, err = luascript.Take(t.Context(), e.c, limits.FixedWindow, args(k, 5, 2, "a")); err == nil {
 			break
 		}
 	}

@@ -22,7 +22,7 @@ var scripts = []*script{
 	slidingWindowTake, slidingWindowPeek,
 	calendarTake, calendarPeek,
 	fixedWindowSettle, slidingWindowSettle, calendarSettle, tokenBucketSettle,
-	multiTake, multiGiveBack,
+	takeChecks, giveBack,
 }
 
 // sources are the scripts' texts, prelude included, as Redis holds them,

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 )
 
@@ -55,9 +56,9 @@ func (e *env) key(subject string) string {
 	return luascript.FixedWindowKey(e.prefix, "pol", subject)
 }
 
-func (e *env) take(a luascript.TakeArgs) luascript.TakeResult {
+func (e *env) take(a luascript.Args) luascript.Result {
 	e.t.Helper()
-	r, err := luascript.FixedWindowTake(e.t.Context(), e.c, a)
+	r, err := luascript.Take(e.t.Context(), e.c, limits.FixedWindow, a)
 	if err != nil {
 		e.t.Fatalf("take %+v: %v", a, err)
 	}
@@ -65,9 +66,9 @@ func (e *env) take(a luascript.TakeArgs) luascript.TakeResult {
 }
 
 // takeErr expects the take to fail with want and returns the error.
-func (e *env) takeErr(a luascript.TakeArgs, want error) error {
+func (e *env) takeErr(a luascript.Args, want error) error {
 	e.t.Helper()
-	r, err := luascript.FixedWindowTake(e.t.Context(), e.c, a)
+	r, err := luascript.Take(e.t.Context(), e.c, limits.FixedWindow, a)
 	if !errors.Is(err, want) {
 		e.t.Fatalf("take %+v = %+v, %v; want %v", a, r, err, want)
 	}

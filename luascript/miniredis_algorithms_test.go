@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 )
 
@@ -21,7 +22,7 @@ func TestAlgorithmsOnMiniredis(t *testing.T) {
 	e := &env{t: t, c: c, prefix: prefix}
 
 	b := e.tbKey("u")
-	slow := func(cost int64, id string) luascript.TokenBucketArgs {
+	slow := func(cost int64, id string) luascript.Args {
 		a := tb(b, 1, 3, cost, id)
 		a.PeriodMS = 3_600_000
 		a.DedupeMS = a.RefillMS()
@@ -42,7 +43,7 @@ func TestAlgorithmsOnMiniredis(t *testing.T) {
 	}
 
 	// Large integers survive gopher-lua's formatting and arithmetic too.
-	big := luascript.TokenBucketArgs{
+	big := luascript.Args{
 		Key: e.tbKey("big"), TokenBucket: luascript.TokenBucket{Rate: 999_999_937, PeriodMS: 1000, Burst: 999_999_937},
 		Cost: 999_999_936, DedupeMS: 60_000, MaxRequestIDs: 1, RequestID: "big",
 	}
@@ -69,10 +70,10 @@ func TestAlgorithmsOnMiniredis(t *testing.T) {
 
 	fw := e.key("u")
 	e.take(args(fw, 3, 1, ""))
-	if r, err := luascript.FixedWindowPeek(t.Context(), c, luascript.PeekArgs{Key: fw, Limit: 3, WindowMS: minute}); err != nil || r.Used != 1 {
+	if r, err := luascript.Peek(t.Context(), c, limits.FixedWindow, luascript.Args{Key: fw, Limit: 3, WindowMS: minute}); err != nil || r.Used != 1 {
 		t.Fatalf("fixed window peek = %+v, %v", r, err)
 	}
-	if _, err := luascript.ConcurrencyPeek(t.Context(), c, luascript.LeasePeekArgs{Key: fw, Leases: luascript.Leases{Limit: 1, LeaseMS: 1}}); !errors.Is(err, luascript.ErrWrongType) {
+	if _, err := luascript.Peek(t.Context(), c, limits.Concurrency, luascript.Args{Key: fw, Limit: 1, LeaseMS: 1}); !errors.Is(err, luascript.ErrWrongType) {
 		t.Fatalf("lease peek on a window = %v, want WRONGTYPE", err)
 	}
 }
@@ -84,7 +85,7 @@ func TestPeeksRunWithNoWritesFlagOnRedis(t *testing.T) {
 	e := setup(t)
 	e.tbPeek(tb(e.tbKey("u"), 1, 1, 1, ""))
 	e.leasePeek(e.ccKey("u"), 1, 1)
-	if _, err := luascript.FixedWindowPeek(t.Context(), e.c, luascript.PeekArgs{Key: e.key("u"), Limit: 1, WindowMS: 1}); err != nil {
+	if _, err := luascript.Peek(t.Context(), e.c, limits.FixedWindow, luascript.Args{Key: e.key("u"), Limit: 1, WindowMS: 1}); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"token_bucket_peek.lua", "concurrency_peek.lua", "fixed_window_peek.lua"} {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 )
 
@@ -32,22 +33,22 @@ func TestScriptsOnMiniredis(t *testing.T) {
 	}
 	e.takeErr(args(k, 3, 1, "a"), luascript.ErrConflict)
 
-	r, err := luascript.FixedWindowPeek(t.Context(), c, luascript.PeekArgs{Key: k, Limit: 3, WindowMS: minute, Strict: true})
+	r, err := luascript.Peek(t.Context(), c, limits.FixedWindow, luascript.Args{Key: k, Limit: 3, WindowMS: minute, Strict: true})
 	if err != nil || !r.Exists || r.Used != 2 || r.ResetMS <= 0 || r.ResetMS > minute {
 		t.Fatalf("peek = %+v, %v; want exists, used 2", r, err)
 	}
-	_, err = luascript.FixedWindowPeek(t.Context(), c, luascript.PeekArgs{Key: k, Limit: 4, WindowMS: minute, Strict: true})
+	_, err = luascript.Peek(t.Context(), c, limits.FixedWindow, luascript.Args{Key: k, Limit: 4, WindowMS: minute, Strict: true})
 	if !errors.Is(err, luascript.ErrPolicy) {
 		t.Fatalf("strict peek with another limit = %v, want POLICY", err)
 	}
 
 	// A batch too: the peek's flags line does not compile here, and
 	// ExecMulti falls back as FixedWindowPeek does.
-	take, err := luascript.TakeCall(args(k, 3, 1, "c"))
+	take, err := luascript.TakeCall(limits.FixedWindow, args(k, 3, 1, "c"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	peek, err := luascript.PeekCall(luascript.PeekArgs{Key: k, Limit: 3, WindowMS: minute})
+	peek, err := luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: k, Limit: 3, WindowMS: minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestScriptsOnMiniredis(t *testing.T) {
 	if got, _ := m.Get(s); got != "v" {
 		t.Fatalf("string after take = %q, want v", got)
 	}
-	if _, err := luascript.FixedWindowPeek(t.Context(), c, luascript.PeekArgs{Key: s, Limit: 3, WindowMS: minute}); !errors.Is(err, luascript.ErrWrongType) {
+	if _, err := luascript.Peek(t.Context(), c, limits.FixedWindow, luascript.Args{Key: s, Limit: 3, WindowMS: minute}); !errors.Is(err, luascript.ErrWrongType) {
 		t.Fatalf("peek on a string = %v, want WRONGTYPE", err)
 	}
 }

@@ -10,11 +10,11 @@ import (
 )
 
 // Call is one script call, validated and ready to send: which script, its
-// keys and its arguments. Every algorithm's builder returns one
-// (TakeCall, PeekCall, TokenBucketTakeCall, SlidingWindowTakeCall,
-// ConcurrencyReleaseCall, ...), and the parser of the same name reads its
-// result (ParseTake, ParseTokenBucketTake, ...). Calls of different scripts may share one
-// ExecMulti. The zero Call is not a call: Exec answers an error for it.
+// keys and its arguments. The builder of each op returns one (TakeCall,
+// PeekCall, SettleCall, ReleaseCall, of any algorithm), and the parser of
+// the op reads its result (ParseTake, ...). Calls of different scripts
+// may share one ExecMulti. The zero Call is not a call: Exec answers an
+// error for it.
 type Call struct {
 	s    *script
 	keys []string
@@ -84,16 +84,6 @@ func ExecMulti(ctx context.Context, client rueidis.Client, calls []Call) []rueid
 		}
 	}
 	return res
-}
-
-// oneKey is the call of s on key with args, its keys and arguments in one
-// allocation, for the scripts of one key and a fixed list of arguments
-// (every algorithm's but the calendar's, which has one key a period).
-func oneKey(s *script, key string, args ...string) Call {
-	kv := make([]string, 1+len(args))
-	kv[0] = key
-	copy(kv[1:], args)
-	return Call{s: s, keys: kv[:1:1], args: kv[1:]}
 }
 
 // decimals holds the text of the policy numbers that calls sent lately (a

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"quotad/limits"
 	"quotad/luascript"
 )
 
@@ -27,18 +28,18 @@ func TestExecMultiMatchesExec(t *testing.T) {
 				}
 				calls = append(calls, c)
 			}
-			add(luascript.TakeCall(args(a, 3, 2, "")))
-			add(luascript.PeekCall(luascript.PeekArgs{Key: a, Limit: 3, WindowMS: minute}))
-			add(luascript.TakeCall(args(a, 3, 2, "")))     // denied: 2+2 > 3
-			add(luascript.TakeCall(args(b, 3, 1, "id-1"))) // another key
-			add(luascript.TakeCall(args(b, 3, 1, "id-1"))) // its replay
-			add(luascript.PeekCall(luascript.PeekArgs{Key: e.key("none"), Limit: 3, WindowMS: minute}))
+			add(luascript.TakeCall(limits.FixedWindow, args(a, 3, 2, "")))
+			add(luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: a, Limit: 3, WindowMS: minute}))
+			add(luascript.TakeCall(limits.FixedWindow, args(a, 3, 2, "")))     // denied: 2+2 > 3
+			add(luascript.TakeCall(limits.FixedWindow, args(b, 3, 1, "id-1"))) // another key
+			add(luascript.TakeCall(limits.FixedWindow, args(b, 3, 1, "id-1"))) // its replay
+			add(luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: e.key("none"), Limit: 3, WindowMS: minute}))
 
 			res := luascript.ExecMulti(t.Context(), e.c, calls)
 			if len(res) != len(calls) {
 				t.Fatalf("%d results for %d calls", len(res), len(calls))
 			}
-			take := func(i int) luascript.TakeResult {
+			take := func(i int) luascript.Result {
 				t.Helper()
 				r, err := luascript.ParseTake(res[i])
 				if err != nil {
@@ -46,7 +47,7 @@ func TestExecMultiMatchesExec(t *testing.T) {
 				}
 				return r
 			}
-			peek := func(i int) luascript.PeekResult {
+			peek := func(i int) luascript.Result {
 				t.Helper()
 				r, err := luascript.ParsePeek(res[i])
 				if err != nil {
@@ -87,19 +88,19 @@ func TestExecMultiMatchesExec(t *testing.T) {
 // A call that fails validation is never built, as FixedWindowTake refuses
 // it before Redis.
 func TestCallValidates(t *testing.T) {
-	if _, err := luascript.TakeCall(args("k", 3, 4, "")); err == nil {
+	if _, err := luascript.TakeCall(limits.FixedWindow, args("k", 3, 4, "")); err == nil {
 		t.Error("TakeCall with cost above the limit: no error")
 	}
-	if _, err := luascript.PeekCall(luascript.PeekArgs{Key: "", Limit: 3, WindowMS: minute}); err == nil {
+	if _, err := luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: "", Limit: 3, WindowMS: minute}); err == nil {
 		t.Error("PeekCall without a key: no error")
 	}
 	bucket := tb("k", 1, 3, 4, "")
 	for name, err := range map[string]error{
-		"TokenBucketTakeCall, cost above the burst":  second(luascript.TokenBucketTakeCall(bucket)),
-		"TokenBucketPeekCall, rate 0":                second(luascript.TokenBucketPeekCall(luascript.TokenBucketPeekArgs{Key: "k", TokenBucket: luascript.TokenBucket{PeriodMS: 1, Burst: 1}})),
-		"ConcurrencyTakeCall without a request id":   second(luascript.ConcurrencyTakeCall(lease("k", 1, minute, ""))),
-		"ConcurrencyPeekCall, limit above MaxLeases": second(luascript.ConcurrencyPeekCall(luascript.LeasePeekArgs{Key: "k", Leases: luascript.Leases{Limit: luascript.MaxLeases + 1, LeaseMS: 1}})),
-		"ConcurrencyReleaseCall, bad request id":     second(luascript.ConcurrencyReleaseCall("k", "a b")),
+		"TokenBucketTakeCall, cost above the burst":  second(luascript.TakeCall(limits.TokenBucket, bucket)),
+		"TokenBucketPeekCall, rate 0":                second(luascript.PeekCall(limits.TokenBucket, luascript.Args{Key: "k", TokenBucket: luascript.TokenBucket{PeriodMS: 1, Burst: 1}})),
+		"ConcurrencyTakeCall without a request id":   second(luascript.TakeCall(limits.Concurrency, lease("k", 1, minute, ""))),
+		"ConcurrencyPeekCall, limit above MaxLeases": second(luascript.PeekCall(limits.Concurrency, luascript.Args{Key: "k", Limit: luascript.MaxLeases + 1, LeaseMS: 1})),
+		"ConcurrencyReleaseCall, bad request id":     second(luascript.ReleaseCall("k", "a b")),
 	} {
 		if !errors.Is(err, luascript.ErrInvalid) {
 			t.Errorf("%s: %v, want INVALID", name, err)
@@ -130,7 +131,7 @@ func TestExecMultiMixesAlgorithms(t *testing.T) {
 			slow := tb(bucket, 1, 3, 2, "t-1")
 			slow.PeriodMS = 3_600_000
 			slow.DedupeMS = slow.RefillMS()
-			shape := luascript.Leases{Limit: 1, LeaseMS: minute}
+			shape := lease(leases, 1, minute, "")
 
 			var calls []luascript.Call
 			add := func(c luascript.Call, err error) {
@@ -140,21 +141,21 @@ func TestExecMultiMixesAlgorithms(t *testing.T) {
 				}
 				calls = append(calls, c)
 			}
-			add(luascript.TokenBucketTakeCall(slow))                                                                      // 0: allowed, 1 left
-			add(luascript.ConcurrencyTakeCall(lease(leases, 1, minute, "job-a")))                                         // 1: allowed
-			add(luascript.TakeCall(args(fw, 3, 2, "")))                                                                   // 2: allowed, used 2
-			add(luascript.ConcurrencyTakeCall(lease(leases, 1, minute, "job-b")))                                         // 3: denied
-			add(luascript.TokenBucketPeekCall(luascript.TokenBucketPeekArgs{Key: bucket, TokenBucket: slow.TokenBucket})) // 4: 1 left
-			add(luascript.ConcurrencyPeekCall(luascript.LeasePeekArgs{Key: leases, Leases: shape}))                       // 5: 1 held
-			add(luascript.PeekCall(luascript.PeekArgs{Key: fw, Limit: 3, WindowMS: minute}))                              // 6: used 2
-			add(luascript.TokenBucketTakeCall(slow))                                                                      // 7: replay of 0
+			add(luascript.TakeCall(limits.TokenBucket, slow))                                                       // 0: allowed, 1 left
+			add(luascript.TakeCall(limits.Concurrency, lease(leases, 1, minute, "job-a")))                          // 1: allowed
+			add(luascript.TakeCall(limits.FixedWindow, args(fw, 3, 2, "")))                                         // 2: allowed, used 2
+			add(luascript.TakeCall(limits.Concurrency, lease(leases, 1, minute, "job-b")))                          // 3: denied
+			add(luascript.PeekCall(limits.TokenBucket, luascript.Args{Key: bucket, TokenBucket: slow.TokenBucket})) // 4: 1 left
+			add(luascript.PeekCall(limits.Concurrency, shape))                                                      // 5: 1 held
+			add(luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: fw, Limit: 3, WindowMS: minute}))        // 6: used 2
+			add(luascript.TakeCall(limits.TokenBucket, slow))                                                       // 7: replay of 0
 			other := slow
 			other.Cost = 1
-			add(luascript.TokenBucketTakeCall(other))                         // 8: CONFLICT, same id, other cost
-			add(luascript.ConcurrencyTakeCall(lease(fw, 1, minute, "job-c"))) // 9: WRONGTYPE, a window
-			add(luascript.ConcurrencyReleaseCall(leases, "job-a"))            // 10: released
-			add(luascript.ConcurrencyReleaseCall(leases, "job-a"))            // 11: nothing left to release
-			add(luascript.TakeCall(args(fw, 3, 2, "")))                       // 12: denied
+			add(luascript.TakeCall(limits.TokenBucket, other))                         // 8: CONFLICT, same id, other cost
+			add(luascript.TakeCall(limits.Concurrency, lease(fw, 1, minute, "job-c"))) // 9: WRONGTYPE, a window
+			add(luascript.ReleaseCall(leases, "job-a"))                                // 10: released
+			add(luascript.ReleaseCall(leases, "job-a"))                                // 11: nothing left to release
+			add(luascript.TakeCall(limits.FixedWindow, args(fw, 3, 2, "")))            // 12: denied
 			if got := calls[0].Key(); got != bucket {
 				t.Errorf("Key() = %q, want %q", got, bucket)
 			}
@@ -163,23 +164,23 @@ func TestExecMultiMixesAlgorithms(t *testing.T) {
 			if len(res) != len(calls) {
 				t.Fatalf("%d results for %d calls", len(res), len(calls))
 			}
-			want(t, 0, luascript.ParseTokenBucketTake, res[0], func(r luascript.TokenBucketResult) bool { return r.Allowed && !r.Replay && r.Remaining == 1 })
-			want(t, 1, luascript.ParseConcurrencyTake, res[1], func(r luascript.LeaseResult) bool { return r.Allowed && r.Used == 1 })
-			want(t, 2, luascript.ParseTake, res[2], func(r luascript.TakeResult) bool { return r.Allowed && r.Used == 2 })
-			want(t, 3, luascript.ParseConcurrencyTake, res[3], func(r luascript.LeaseResult) bool { return !r.Allowed && r.Used == 1 && r.RetryAfterMS > 0 })
-			want(t, 4, luascript.ParseTokenBucketPeek, res[4], func(r luascript.TokenBucketPeekResult) bool { return r.Remaining == 1 && r.ResetMS > 0 })
-			want(t, 5, luascript.ParseConcurrencyPeek, res[5], func(r luascript.LeasePeekResult) bool { return r.Used == 1 && r.ResetMS > 0 })
-			want(t, 6, luascript.ParsePeek, res[6], func(r luascript.PeekResult) bool { return r.Exists && r.Used == 2 })
-			want(t, 7, luascript.ParseTokenBucketTake, res[7], func(r luascript.TokenBucketResult) bool { return r.Allowed && r.Replay && r.Remaining == 1 })
-			if r, err := luascript.ParseTokenBucketTake(res[8]); !errors.Is(err, luascript.ErrConflict) {
+			want(t, 0, luascript.ParseTake, res[0], func(r luascript.Result) bool { return r.Allowed && !r.Replay && r.Remaining == 1 })
+			want(t, 1, luascript.ParseTake, res[1], func(r luascript.Result) bool { return r.Allowed && r.Used == 1 })
+			want(t, 2, luascript.ParseTake, res[2], func(r luascript.Result) bool { return r.Allowed && r.Used == 2 })
+			want(t, 3, luascript.ParseTake, res[3], func(r luascript.Result) bool { return !r.Allowed && r.Used == 1 && r.RetryAfterMS > 0 })
+			want(t, 4, luascript.ParsePeek, res[4], func(r luascript.Result) bool { return r.Remaining == 1 && r.ResetMS > 0 })
+			want(t, 5, luascript.ParsePeek, res[5], func(r luascript.Result) bool { return r.Used == 1 && r.ResetMS > 0 })
+			want(t, 6, luascript.ParsePeek, res[6], func(r luascript.Result) bool { return r.Exists && r.Used == 2 })
+			want(t, 7, luascript.ParseTake, res[7], func(r luascript.Result) bool { return r.Allowed && r.Replay && r.Remaining == 1 })
+			if r, err := luascript.ParseTake(res[8]); !errors.Is(err, luascript.ErrConflict) {
 				t.Errorf("call 8 = %+v, %v; want CONFLICT", r, err)
 			}
-			if r, err := luascript.ParseConcurrencyTake(res[9]); !errors.Is(err, luascript.ErrWrongType) {
+			if r, err := luascript.ParseTake(res[9]); !errors.Is(err, luascript.ErrWrongType) {
 				t.Errorf("call 9 = %+v, %v; want WRONGTYPE", r, err)
 			}
-			want(t, 10, luascript.ParseConcurrencyRelease, res[10], func(r luascript.ReleaseResult) bool { return r.Released && r.Used == 0 })
-			want(t, 11, luascript.ParseConcurrencyRelease, res[11], func(r luascript.ReleaseResult) bool { return !r.Released && r.Used == 0 })
-			want(t, 12, luascript.ParseTake, res[12], func(r luascript.TakeResult) bool { return !r.Allowed && r.Used == 2 })
+			want(t, 10, luascript.ParseRelease, res[10], func(r luascript.Result) bool { return r.Released && r.Used == 0 })
+			want(t, 11, luascript.ParseRelease, res[11], func(r luascript.Result) bool { return !r.Released && r.Used == 0 })
+			want(t, 12, luascript.ParseTake, res[12], func(r luascript.Result) bool { return !r.Allowed && r.Used == 2 })
 			// Each take ran once: a fallback that ran one twice would show.
 			if h := e.hash(fw); h["used"] != "2" {
 				t.Errorf("used of the window = %q, want 2", h["used"])
@@ -210,7 +211,7 @@ func TestZeroCall(t *testing.T) {
 	if err := (luascript.Call{}).Exec(t.Context(), e.c).Error(); err == nil {
 		t.Error("zero Call's Exec: no error")
 	}
-	take, err := luascript.TakeCall(args(e.key("z"), 3, 1, ""))
+	take, err := luascript.TakeCall(limits.FixedWindow, args(e.key("z"), 3, 1, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

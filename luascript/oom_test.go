@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"quotad/limits"
 	"quotad/luascript"
 )
 
@@ -31,8 +32,8 @@ func TestFullRedisRefusesTheFirstWriteAndNothingIsHalfWritten(t *testing.T) {
 			t.Errorf("CONFIG SET maxmemory 0: %v", err)
 		}
 	})
-	for _, a := range []luascript.TakeArgs{args(live, 5, 1, "b"), args(live, 5, 1, ""), args(fresh, 5, 1, "c")} {
-		_, err := luascript.FixedWindowTake(t.Context(), e.c, a)
+	for _, a := range []luascript.Args{args(live, 5, 1, "b"), args(live, 5, 1, ""), args(fresh, 5, 1, "c")} {
+		_, err := luascript.Take(t.Context(), e.c, limits.FixedWindow, a)
 		var re *rueidis.RedisError
 		if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "OOM") {
 			t.Fatalf("take %+v on a full Redis: %v, want Redis's OOM refusal", a, err)

@@ -18,22 +18,24 @@ func TestParsersRefuseOtherReplies(t *testing.T) {
 		return e.c.Do(t.Context(), e.c.B().Eval().Script(lua).Numkeys(0).Build())
 	}
 	parsers := map[string]func(rueidis.RedisResult) error{
-		"ParseTake":               func(r rueidis.RedisResult) error { _, err := luascript.ParseTake(r); return err },
-		"ParsePeek":               func(r rueidis.RedisResult) error { _, err := luascript.ParsePeek(r); return err },
-		"ParseTokenBucketTake":    func(r rueidis.RedisResult) error { _, err := luascript.ParseTokenBucketTake(r); return err },
-		"ParseTokenBucketPeek":    func(r rueidis.RedisResult) error { _, err := luascript.ParseTokenBucketPeek(r); return err },
-		"ParseConcurrencyTake":    func(r rueidis.RedisResult) error { _, err := luascript.ParseConcurrencyTake(r); return err },
-		"ParseConcurrencyPeek":    func(r rueidis.RedisResult) error { _, err := luascript.ParseConcurrencyPeek(r); return err },
-		"ParseConcurrencyRelease": func(r rueidis.RedisResult) error { _, err := luascript.ParseConcurrencyRelease(r); return err },
+		"ParseTake":    func(r rueidis.RedisResult) error { _, err := luascript.ParseTake(r); return err },
+		"ParsePeek":    func(r rueidis.RedisResult) error { _, err := luascript.ParsePeek(r); return err },
+		"ParseSettle":  func(r rueidis.RedisResult) error { _, err := luascript.ParseSettle(r); return err },
+		"ParseRelease": func(r rueidis.RedisResult) error { _, err := luascript.ParseRelease(r); return err },
 	}
 	for name, bad := range map[string][]string{
-		"ParseTake":               {"return nil", "return {1, 2, 0, 1000}", "return {2, 2, 0, 1000, 0}", "return {0, 2, 1, 1000, 0}", "return {1, -1, 0, 1000, 0}"},
-		"ParsePeek":               {"return {1, 2}", "return {0, 1, 0}", "return {1, 2, -2}", "return {2, 0, 0}"},
-		"ParseTokenBucketTake":    {"return {1, 0, 1, 0}", "return {1, 0, 1, 0, 5, 0}", "return {0, 0, 1, 0, 0, 0}", "return {0, 1, 1, 0, 5, 0}", "return {1, 0, -1, 0, 0, 0}"},
-		"ParseTokenBucketPeek":    {"return {1}", "return {-1, 0}", "return {1, -1}", "return {1, 'x'}"},
-		"ParseConcurrencyTake":    {"return {1, 0, 0, 0, 0, 0}", "return {0, 0, 1, 0, 0, 0}", "return {1, 1, 1, 0, 3, 0}", "return {1, 0, 1}"},
-		"ParseConcurrencyPeek":    {"return {0, 5}", "return {1, 0}", "return {-1, -1}", "return 1"},
-		"ParseConcurrencyRelease": {"return {2, 0}", "return {1, -1}", "return {1}"},
+		// {allowed, replay, used, remaining, reset_ms, retry_after_ms, healed}
+		"ParseTake": {"return nil", "return {1, 0, 2, 3, 1000, 0}", "return {2, 0, 2, 3, 1000, 0, 0}", "return {0, 1, 2, 3, 1000, 5, 0}",
+			"return {1, 0, -1, 3, 1000, 0, 0}", "return {1, 0, 2, -1, 1000, 0, 0}", "return {1, 0, 2, 3, 1000, 5, 0}",
+			"return {0, 0, 2, 3, 1000, -1, 0}", "return {1, 0, 2, 3, 1000, 0, 3}"},
+		// {exists, used, remaining, reset_ms}
+		"ParsePeek": {"return {1, 2, 3}", "return {0, 1, 3, 0}", "return {1, 2, 3, -2}", "return {2, 0, 0, 0}", "return {1, 2, -3, 0}",
+			"return {0, 0, 3, -1}"},
+		// {settled, replay, reserved, used, remaining, reset_ms, retry_after_ms, healed}
+		"ParseSettle": {"return {1, 0, 1, 2, 3, 0, 0}", "return {1, 0, 0, 2, 3, 0, 0, 0}", "return {0, 0, 1, 2, 3, 0, 0, 0}",
+			"return {0, 1, 0, 2, 3, 0, 0, 0}", "return {1, 0, 1, 2, -3, 0, 0, 0}", "return {1, 0, 1, 2, 3, -1, 0, 0}"},
+		// {released, used}
+		"ParseRelease": {"return {2, 0}", "return {1, -1}", "return {1}"},
 	} {
 		for _, lua := range bad {
 			if err := parsers[name](reply(lua)); !errors.Is(err, luascript.ErrMalformedReply) {

@@ -37,10 +37,67 @@ func boundsLua() string {
 		{"MAX_REQUEST_ID_BYTES", limits.MaxRequestIDBytes},
 		{"MAX_REQUEST_IDS", limits.MaxRequestIDs},
 		{"MAX_EXACT", 1<<53 - 1},
+		{"MAX_PERIOD_MS", maxPeriodMS},
 	} {
 		b.WriteString("local " + c.name + " = " + strconv.FormatInt(c.v, 10) + "\n")
 	}
 	b.WriteString("local REQUEST_ID_RULE = " + strconv.Quote(limits.RequestIDRule) + "\n")
+	return b.String()
+}
+
+//go:embed pieces.lua
+var piecesSrc string
+
+// pieces are the pieces of pieces.lua by name.
+var pieces = func() map[string]string {
+	m := map[string]string{}
+	parts := strings.Split(piecesSrc, "\n--#piece ")
+	for _, p := range parts[1:] {
+		name, text, _ := strings.Cut(p, "\n")
+		m[name] = strings.TrimRight(text, "\n") + "\n"
+	}
+	return m
+}()
+
+// assemble makes the body of script name from its file: the line
+// "--#args" becomes the checks of its contract c (contract.go), and each
+// line "--#include <piece> k=v ..." the piece of pieces.lua, its ${k}
+// replaced by v. What it cannot assemble (an unknown piece, a ${k} left)
+// is a fault of the package's own files, which every test finds at init.
+func assemble(name, body string, c *contract) string {
+	var b strings.Builder
+	for line := range strings.Lines(body) {
+		directive := strings.TrimRight(line, "\n")
+		switch {
+		case directive == "--#args":
+			if c == nil {
+				panic("luascript: " + name + " has --#args but no contract")
+			}
+			b.WriteString(c.checksLua())
+		case strings.HasPrefix(directive, "--#include "):
+			fields := strings.Fields(strings.TrimPrefix(directive, "--#include "))
+			text, ok := pieces[fields[0]]
+			if !ok {
+				panic("luascript: " + name + " includes no piece " + fields[0])
+			}
+			for _, kv := range fields[1:] {
+				k, v, _ := strings.Cut(kv, "=")
+				text = strings.ReplaceAll(text, "${"+k+"}", v)
+			}
+			if strings.Contains(text, "${") {
+				panic("luascript: " + name + " leaves a ${...} of piece " + fields[0])
+			}
+			// The piece's leading comment is for readers of pieces.lua;
+			// the script names it in one line, and is the shorter for it
+			// (the embedded store parses a script's text on every call).
+			for strings.HasPrefix(text, "--") {
+				_, text, _ = strings.Cut(text, "\n")
+			}
+			b.WriteString("-- " + fields[0] + " (pieces.lua)\n" + text)
+		default:
+			b.WriteString(line)
+		}
+	}
 	return b.String()
 }
 
@@ -61,8 +118,14 @@ func join(name, body string) string {
 // it by, and how it is sent. Every Call names one.
 type script struct {
 	name string // its file: "fixed_window_take.lua"
+	body string // its file assembled (assemble): src after the prelude
 	src  string
-	sha  string
+	// c is its arguments, nil for a take of several limits; argv are
+	// those of ARGV, and fields the fields of Args they are written from.
+	c      *contract
+	argv   []arg
+	fields []field
+	sha    string
 	// peek: a read-only script, sent with EVALSHA_RO (see readOnlyScript).
 	peek bool
 	lua  *rueidis.Lua   // a script that writes
@@ -74,9 +137,13 @@ type script struct {
 // take whose reply was lost may have been applied, and only the caller's
 // request id makes a second attempt safe. EVALSHA falls back to EVAL on
 // NOSCRIPT, which means it did not run.
-func newScript(name, body string) *script {
+func newScript(name, file string, c *contract) *script {
+	body := assemble(name, file, c)
 	src := join(name, body)
-	s := &script{name: name, src: src, sha: sha1Hex(src), peek: strings.HasPrefix(src, "#!lua flags=no-writes")}
+	s := &script{name: name, body: body, src: src, c: c, sha: sha1Hex(src), peek: strings.HasPrefix(src, "#!lua flags=no-writes")}
+	if c != nil {
+		s.argv, s.fields = c.argv(), c.fieldsOf()
+	}
 	if s.peek {
 		s.ro = newReadOnlyScript(src)
 	} else {

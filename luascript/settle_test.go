@@ -18,54 +18,54 @@ import (
 
 const hour = 3_600_000
 
-func fwSettle(key string, limit, cost int64, id string) luascript.WindowSettleArgs {
-	return luascript.WindowSettleArgs{Key: key, Limit: limit, WindowMS: minute, Cost: cost, RequestID: id}
+func fwSettle(key string, limit, cost int64, id string) luascript.Args {
+	return luascript.Args{Key: key, Limit: limit, WindowMS: minute, Cost: cost, RequestID: id}
 }
 
-func swSettle(key string, limit, cost int64, id string) luascript.WindowSettleArgs {
-	return luascript.WindowSettleArgs{Key: key, Limit: limit, WindowMS: bigW, Cost: cost, RequestID: id}
+func swSettle(key string, limit, cost int64, id string) luascript.Args {
+	return luascript.Args{Key: key, Limit: limit, WindowMS: bigW, Cost: cost, RequestID: id}
 }
 
 // slowBucket is a bucket of burst tokens refilled one an hour: nothing
 // refills during a test.
-func slowBucket(key string, burst, cost int64, id string) luascript.TokenBucketArgs {
+func slowBucket(key string, burst, cost int64, id string) luascript.Args {
 	b := luascript.TokenBucket{Rate: 1, PeriodMS: hour, Burst: burst}
-	return luascript.TokenBucketArgs{Key: key, TokenBucket: b, Cost: cost, RequestID: id, DedupeMS: b.RefillMS(), MaxRequestIDs: 100}
+	return luascript.Args{Key: key, TokenBucket: b, Cost: cost, RequestID: id, DedupeMS: b.RefillMS(), MaxRequestIDs: 100}
 }
 
-func tbSettle(a luascript.TokenBucketArgs, cost int64, id string) luascript.TokenBucketSettleArgs {
-	return luascript.TokenBucketSettleArgs{Key: a.Key, TokenBucket: a.TokenBucket, Cost: cost, RequestID: id, DedupeMS: a.DedupeMS, Strict: a.Strict}
+func tbSettle(a luascript.Args, cost int64, id string) luascript.Args {
+	return luascript.Args{Key: a.Key, TokenBucket: a.TokenBucket, Cost: cost, RequestID: id, DedupeMS: a.DedupeMS, Strict: a.Strict}
 }
 
 // settle runs one settle call and reads it with parse.
-func (e *env) settle(build func() (luascript.Call, error), parse func(rueidis.RedisResult) (luascript.SettleResult, error)) (luascript.SettleResult, error) {
+func (e *env) settle(build func() (luascript.Call, error), parse func(rueidis.RedisResult) (luascript.Result, error)) (luascript.Result, error) {
 	e.t.Helper()
 	call, err := build()
 	if err != nil {
-		return luascript.SettleResult{}, err
+		return luascript.Result{}, err
 	}
 	return parse(call.Exec(e.t.Context(), e.c))
 }
 
-func (e *env) fwSettle(a luascript.WindowSettleArgs) (luascript.SettleResult, error) {
-	return e.settle(func() (luascript.Call, error) { return luascript.FixedWindowSettleCall(a) }, luascript.ParseFixedWindowSettle)
+func (e *env) fwSettle(a luascript.Args) (luascript.Result, error) {
+	return e.settle(func() (luascript.Call, error) { return luascript.SettleCall(limits.FixedWindow, a) }, luascript.ParseSettle)
 }
 
-func (e *env) swSettle(a luascript.WindowSettleArgs) (luascript.SettleResult, error) {
-	return e.settle(func() (luascript.Call, error) { return luascript.SlidingWindowSettleCall(a) }, luascript.ParseSlidingWindowSettle)
+func (e *env) swSettle(a luascript.Args) (luascript.Result, error) {
+	return e.settle(func() (luascript.Call, error) { return luascript.SettleCall(limits.SlidingWindow, a) }, luascript.ParseSettle)
 }
 
-func (e *env) tbSettle(a luascript.TokenBucketSettleArgs) (luascript.SettleResult, error) {
-	return e.settle(func() (luascript.Call, error) { return luascript.TokenBucketSettleCall(a) }, luascript.ParseTokenBucketSettle)
+func (e *env) tbSettle(a luascript.Args) (luascript.Result, error) {
+	return e.settle(func() (luascript.Call, error) { return luascript.SettleCall(limits.TokenBucket, a) }, luascript.ParseSettle)
 }
 
-func (e *env) calSettle(a luascript.CalendarSettleArgs) (luascript.SettleResult, error) {
-	return e.settle(func() (luascript.Call, error) { return luascript.CalendarSettleCall(a) }, luascript.ParseCalendarSettle)
+func (e *env) calSettle(a luascript.Args) (luascript.Result, error) {
+	return e.settle(func() (luascript.Call, error) { return luascript.SettleCall(limits.Calendar, a) }, luascript.ParseSettle)
 }
 
 // ok fails the test on err and returns r.
-func ok(t *testing.T, what string) func(luascript.SettleResult, error) luascript.SettleResult {
-	return func(r luascript.SettleResult, err error) luascript.SettleResult {
+func ok(t *testing.T, what string) func(luascript.Result, error) luascript.Result {
+	return func(r luascript.Result, err error) luascript.Result {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
@@ -138,8 +138,8 @@ func TestFixedWindowSettleNoWindowIsANoOp(t *testing.T) {
 	e := setup(t)
 	k := e.key("gone")
 	r := ok(t, "no window")(e.fwSettle(fwSettle(k, 10, 1, "a")))
-	if r != (luascript.SettleResult{}) {
-		t.Fatalf("settle with no window = %+v, want all zero", r)
+	if r != (luascript.Result{Remaining: 10}) {
+		t.Fatalf("settle with no window = %+v, want nothing settled nor used", r)
 	}
 	if e.pttl(k) != -2 {
 		t.Fatal("a settle created a window")
@@ -207,7 +207,7 @@ func TestSlidingWindowSettle(t *testing.T) {
 	if r := ok(t, "unknown")(e.swSettle(swSettle(k, 10, 0, "zz"))); r.Settled || r.Used != 22 {
 		t.Fatalf("settle of an unknown id = %+v", r)
 	}
-	if _, err := e.swSettle(luascript.WindowSettleArgs{Key: k, Limit: 9, WindowMS: bigW, Cost: 1, RequestID: "a", Strict: true}); !errors.Is(err, luascript.ErrPolicy) {
+	if _, err := e.swSettle(luascript.Args{Key: k, Limit: 9, WindowMS: bigW, Cost: 1, RequestID: "a", Strict: true}); !errors.Is(err, luascript.ErrPolicy) {
 		t.Fatalf("strict settle under other limits = %v, want POLICY", err)
 	}
 }
@@ -377,7 +377,7 @@ func TestCalendarSettle(t *testing.T) {
 	now := e.redisNow()
 	a := e.cal(c, "u", now, 6, "a")
 	e.calTake(a)
-	s := luascript.CalendarSettleArgs{Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: a.Periods, Cost: 1, RequestID: "a"}
+	s := luascript.Args{Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: a.Periods, Cost: 1, RequestID: "a"}
 	r := ok(t, "settle")(e.calSettle(s))
 	if !r.Settled || r.Reserved != 6 || r.Used != 1 || r.ResetMS <= 0 {
 		t.Fatalf("settle of 6 at 1 = %+v", r)
@@ -399,13 +399,13 @@ func TestCalendarSettle(t *testing.T) {
 	if r := ok(t, "unknown")(e.calSettle(s)); r.Settled || r.Used != 31 {
 		t.Fatalf("unknown id = %+v", r)
 	}
-	other := luascript.CalendarSettleArgs{Key: luascript.CalendarKey(e.prefix, "pol", "nobody"), Spec: a.Spec, Limit: a.Limit, Periods: a.Periods, Cost: 1, RequestID: "a"}
+	other := luascript.Args{Key: luascript.CalendarKey(e.prefix, "pol", "nobody"), Spec: a.Spec, Limit: a.Limit, Periods: a.Periods, Cost: 1, RequestID: "a"}
 	if r := ok(t, "no window")(e.calSettle(other)); r.Settled || r.ResetMS <= 0 {
 		t.Fatalf("settle with no window = %+v, want the no-op answer with the period's reset", r)
 	}
 	// Periods an hour off Redis's clock: CLOCK_SKEW, as for a take.
 	skew := e.cal(c, "u", now.Add(-72*time.Hour), 1, "a")
-	s = luascript.CalendarSettleArgs{Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: skew.Periods, Cost: 1, RequestID: "a"}
+	s = luascript.Args{Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: skew.Periods, Cost: 1, RequestID: "a"}
 	if _, err := e.calSettle(s); err == nil || !strings.Contains(err.Error(), "CLOCK_SKEW") {
 		t.Fatalf("settle with periods far from Redis's clock = %v, want CLOCK_SKEW", err)
 	}
@@ -416,26 +416,36 @@ func TestSettleValidatesBeforeRedis(t *testing.T) {
 		name string
 		call func() (luascript.Call, error)
 	}{
-		{"no request id", func() (luascript.Call, error) { return luascript.FixedWindowSettleCall(fwSettle("k", 10, 1, "")) }},
-		{"bad request id", func() (luascript.Call, error) { return luascript.SlidingWindowSettleCall(swSettle("k", 10, 1, "a b")) }},
-		{"negative cost", func() (luascript.Call, error) { return luascript.FixedWindowSettleCall(fwSettle("k", 10, -1, "a")) }},
-		{"cost above MaxLimit", func() (luascript.Call, error) {
-			return luascript.FixedWindowSettleCall(fwSettle("k", 10, luascript.MaxLimit+1, "a"))
+		{"no request id", func() (luascript.Call, error) {
+			return luascript.SettleCall(limits.FixedWindow, fwSettle("k", 10, 1, ""))
 		}},
-		{"no key", func() (luascript.Call, error) { return luascript.FixedWindowSettleCall(fwSettle("", 10, 1, "a")) }},
-		{"limit 0", func() (luascript.Call, error) { return luascript.SlidingWindowSettleCall(swSettle("k", 0, 1, "a")) }},
+		{"bad request id", func() (luascript.Call, error) {
+			return luascript.SettleCall(limits.SlidingWindow, swSettle("k", 10, 1, "a b"))
+		}},
+		{"negative cost", func() (luascript.Call, error) {
+			return luascript.SettleCall(limits.FixedWindow, fwSettle("k", 10, -1, "a"))
+		}},
+		{"cost above MaxLimit", func() (luascript.Call, error) {
+			return luascript.SettleCall(limits.FixedWindow, fwSettle("k", 10, luascript.MaxLimit+1, "a"))
+		}},
+		{"no key", func() (luascript.Call, error) {
+			return luascript.SettleCall(limits.FixedWindow, fwSettle("", 10, 1, "a"))
+		}},
+		{"limit 0", func() (luascript.Call, error) {
+			return luascript.SettleCall(limits.SlidingWindow, swSettle("k", 0, 1, "a"))
+		}},
 		{"bucket dedupe 0", func() (luascript.Call, error) {
 			a := tbSettle(slowBucket("k", 10, 1, ""), 1, "a")
 			a.DedupeMS = 0
-			return luascript.TokenBucketSettleCall(a)
+			return luascript.SettleCall(limits.TokenBucket, a)
 		}},
 		{"bucket rate 0", func() (luascript.Call, error) {
 			a := tbSettle(slowBucket("k", 10, 1, ""), 1, "a")
 			a.Rate = 0
-			return luascript.TokenBucketSettleCall(a)
+			return luascript.SettleCall(limits.TokenBucket, a)
 		}},
 		{"calendar no periods", func() (luascript.Call, error) {
-			return luascript.CalendarSettleCall(luascript.CalendarSettleArgs{Key: "k", Spec: "1:day:UTC:-:0", Limit: 1, RequestID: "a"})
+			return luascript.SettleCall(limits.Calendar, luascript.Args{Key: "k", Spec: "1:day:UTC:-:0", Limit: 1, RequestID: "a"})
 		}},
 	}
 	for _, tc := range cases {
@@ -627,7 +637,7 @@ func TestConcurrentTakeThenSettleNeverOverAdmits(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("r%d", i)
-			tr, err := luascript.FixedWindowTake(context.Background(), e.c, args(k, limit, 5, id))
+			tr, err := luascript.Take(context.Background(), e.c, limits.FixedWindow, args(k, limit, 5, id))
 			if err != nil {
 				errs <- err
 				return
@@ -659,12 +669,12 @@ func TestConcurrentTakeThenSettleNeverOverAdmits(t *testing.T) {
 	}
 }
 
-func (e *env) fwSettleCtx(ctx context.Context, a luascript.WindowSettleArgs) (luascript.SettleResult, error) {
-	call, err := luascript.FixedWindowSettleCall(a)
+func (e *env) fwSettleCtx(ctx context.Context, a luascript.Args) (luascript.Result, error) {
+	call, err := luascript.SettleCall(limits.FixedWindow, a)
 	if err != nil {
-		return luascript.SettleResult{}, err
+		return luascript.Result{}, err
 	}
-	return luascript.ParseFixedWindowSettle(call.Exec(ctx, e.c))
+	return luascript.ParseSettle(call.Exec(ctx, e.c))
 }
 
 // The embedded store runs the settle scripts too.
@@ -728,8 +738,8 @@ func TestCalendarSettleRefusalsAndHealing(t *testing.T) {
 	if key == "" {
 		t.Fatal("the take wrote no period's window")
 	}
-	settle := func(cost int64, spec string, strict bool) (luascript.SettleResult, error) {
-		return e.calSettle(luascript.CalendarSettleArgs{Key: a.Key, Spec: spec, Limit: a.Limit, Periods: a.Periods,
+	settle := func(cost int64, spec string, strict bool) (luascript.Result, error) {
+		return e.calSettle(luascript.Args{Key: a.Key, Spec: spec, Limit: a.Limit, Periods: a.Periods,
 			Cost: cost, RequestID: "a", Strict: strict})
 	}
 	other := limits.CalendarWindow{Limit: 10, Period: limits.PeriodDay, TimeZone: "Asia/Shanghai", WeekStart: time.Monday}
@@ -740,7 +750,7 @@ func TestCalendarSettleRefusalsAndHealing(t *testing.T) {
 	sameHash(t, "after POLICY", e.hash(key), before)
 	e.mustDo("HSET", key, "r:bad", "x")
 	before = e.hash(key)
-	if _, err := e.calSettle(luascript.CalendarSettleArgs{Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: a.Periods, Cost: 1, RequestID: "bad"}); !errors.Is(err, luascript.ErrWrongType) {
+	if _, err := e.calSettle(luascript.Args{Key: a.Key, Spec: a.Spec, Limit: a.Limit, Periods: a.Periods, Cost: 1, RequestID: "bad"}); !errors.Is(err, luascript.ErrWrongType) {
 		t.Fatalf("settle of a malformed record = %v, want WRONGTYPE", err)
 	}
 	sameHash(t, "after refusals", e.hash(key), before)
@@ -756,7 +766,7 @@ func TestCalendarSettleRefusalsAndHealing(t *testing.T) {
 
 func TestSlidingWindowSettleNoWindowAndHealing(t *testing.T) {
 	e := setup(t)
-	if r := ok(t, "none")(e.swSettle(swSettle(e.swKey("none"), 10, 1, "a"))); r != (luascript.SettleResult{}) {
+	if r := ok(t, "none")(e.swSettle(swSettle(e.swKey("none"), 10, 1, "a"))); r != (luascript.Result{Remaining: 10}) {
 		t.Fatalf("settle with no window = %+v", r)
 	}
 	k := e.swKey("heal")
@@ -826,27 +836,27 @@ func TestExecMultiMixesTakesAndSettles(t *testing.T) {
 				}
 				calls = append(calls, c)
 			}
-			add(luascript.TakeCall(args(fw, 10, 6, "a")))                    // 0
-			add(luascript.FixedWindowSettleCall(fwSettle(fw, 10, 1, "a")))   // 1: used 1
-			add(luascript.TakeCall(args(fw, 10, 9, "c")))                    // 2: fits after the settle
-			add(luascript.SlidingWindowTakeCall(sw(sk, 10, 4, "s")))         // 3
-			add(luascript.SlidingWindowSettleCall(swSettle(sk, 10, 0, "s"))) // 4: used 0
-			add(luascript.TokenBucketTakeCall(b))                            // 5: 5 left
-			add(luascript.TokenBucketSettleCall(tbSettle(b, 1, "b")))        // 6: 9 left
-			add(luascript.FixedWindowSettleCall(fwSettle(fw, 10, 2, "a")))   // 7: CONFLICT
-			add(luascript.TokenBucketSettleCall(tbSettle(b, 1, "b")))        // 8: replay
+			add(luascript.TakeCall(limits.FixedWindow, args(fw, 10, 6, "a")))         // 0
+			add(luascript.SettleCall(limits.FixedWindow, fwSettle(fw, 10, 1, "a")))   // 1: used 1
+			add(luascript.TakeCall(limits.FixedWindow, args(fw, 10, 9, "c")))         // 2: fits after the settle
+			add(luascript.TakeCall(limits.SlidingWindow, sw(sk, 10, 4, "s")))         // 3
+			add(luascript.SettleCall(limits.SlidingWindow, swSettle(sk, 10, 0, "s"))) // 4: used 0
+			add(luascript.TakeCall(limits.TokenBucket, b))                            // 5: 5 left
+			add(luascript.SettleCall(limits.TokenBucket, tbSettle(b, 1, "b")))        // 6: 9 left
+			add(luascript.SettleCall(limits.FixedWindow, fwSettle(fw, 10, 2, "a")))   // 7: CONFLICT
+			add(luascript.SettleCall(limits.TokenBucket, tbSettle(b, 1, "b")))        // 8: replay
 			res := luascript.ExecMulti(t.Context(), e.c, calls)
-			want(t, 0, luascript.ParseTake, res[0], func(r luascript.TakeResult) bool { return r.Allowed && r.Used == 6 })
-			want(t, 1, luascript.ParseFixedWindowSettle, res[1], func(r luascript.SettleResult) bool { return r.Settled && r.Used == 1 })
-			want(t, 2, luascript.ParseTake, res[2], func(r luascript.TakeResult) bool { return r.Allowed && r.Used == 10 })
-			want(t, 3, luascript.ParseSlidingWindowTake, res[3], func(r luascript.SlidingWindowResult) bool { return r.Allowed && r.Used == 4 })
-			want(t, 4, luascript.ParseSlidingWindowSettle, res[4], func(r luascript.SettleResult) bool { return r.Settled && r.Used == 0 })
-			want(t, 5, luascript.ParseTokenBucketTake, res[5], func(r luascript.TokenBucketResult) bool { return r.Allowed && r.Remaining == 5 })
-			want(t, 6, luascript.ParseTokenBucketSettle, res[6], func(r luascript.SettleResult) bool { return r.Settled && r.Remaining == 9 })
-			if r, err := luascript.ParseFixedWindowSettle(res[7]); !errors.Is(err, luascript.ErrConflict) {
+			want(t, 0, luascript.ParseTake, res[0], func(r luascript.Result) bool { return r.Allowed && r.Used == 6 })
+			want(t, 1, luascript.ParseSettle, res[1], func(r luascript.Result) bool { return r.Settled && r.Used == 1 })
+			want(t, 2, luascript.ParseTake, res[2], func(r luascript.Result) bool { return r.Allowed && r.Used == 10 })
+			want(t, 3, luascript.ParseTake, res[3], func(r luascript.Result) bool { return r.Allowed && r.Used == 4 })
+			want(t, 4, luascript.ParseSettle, res[4], func(r luascript.Result) bool { return r.Settled && r.Used == 0 })
+			want(t, 5, luascript.ParseTake, res[5], func(r luascript.Result) bool { return r.Allowed && r.Remaining == 5 })
+			want(t, 6, luascript.ParseSettle, res[6], func(r luascript.Result) bool { return r.Settled && r.Remaining == 9 })
+			if r, err := luascript.ParseSettle(res[7]); !errors.Is(err, luascript.ErrConflict) {
 				t.Errorf("call 7 = %+v, %v; want CONFLICT", r, err)
 			}
-			want(t, 8, luascript.ParseTokenBucketSettle, res[8], func(r luascript.SettleResult) bool { return r.Replay && r.Remaining == 9 })
+			want(t, 8, luascript.ParseSettle, res[8], func(r luascript.Result) bool { return r.Replay && r.Remaining == 9 })
 		})
 	}
 }

@@ -4,14 +4,10 @@
 -- arithmetic.
 --
 -- KEYS[1]  window hash
--- ARGV[1]  limit          canonical decimal, 1..MAX_LIMIT
--- ARGV[2]  window_ms      canonical decimal, 1..MAX_WINDOW_MS
--- ARGV[3]  cost           canonical decimal, 0..MAX_LIMIT: the take's actual cost
--- ARGV[4]  strict         "1": a live window with another policy is POLICY
--- ARGV[5]  request_id     1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]: the take's
+-- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {settled, replay, reserved, used, reset_ms, retry_after_ms, healed},
--- integers only; used, reset_ms and retry_after_ms (for a take of 1) are
+-- Reply {settled, replay, reserved, used, remaining, reset_ms,
+-- retry_after_ms, healed}, integers only, as every settle's; used, reset_ms and retry_after_ms (for a take of 1) are
 -- the window's as a take would report them. settled 0: the window holds
 -- no take of that request id that still counts (it slid out: its record
 -- expires when it stops counting, at the end of the period after its own;
@@ -55,30 +51,7 @@
 -- ':' and fields this script does not know, which it leaves as they are;
 -- it never rewrites a take's record.
 
-if #KEYS ~= 1 or #ARGV ~= 5 then
-  return fail('INVALID', 'want 1 key and 5 arguments')
-end
-local key = KEYS[1]
-local limit_s, window_s, cost_s, strict, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-
-local limit = dec(limit_s, 1, MAX_LIMIT)
-if not limit then
-  return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
-end
-local window = dec(window_s, 1, MAX_WINDOW_MS)
-if not window then
-  return fail('INVALID', 'window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-end
-local cost = dec(cost_s, 0, MAX_LIMIT)
-if not cost then
-  return fail('INVALID', 'cost must be a decimal in 0..' .. MAX_LIMIT)
-end
-if strict ~= '0' and strict ~= '1' then
-  return fail('INVALID', 'strict must be 0 or 1')
-end
-if id == '' or #id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID) then
-  return fail('INVALID', REQUEST_ID_RULE)
-end
+--#args
 local policy = limit_s .. ':' .. window_s
 
 local _, now = redis_now()
@@ -89,7 +62,7 @@ if f.err then
 end
 local pttl = redis.call('PTTL', key)
 if pttl == -2 then
-  return {0, 0, 0, 0, 0, 0, 0}
+  return {0, 0, 0, 0, limit, 0, 0, 0}
 end
 
 local stored_policy = f[4]
@@ -120,7 +93,7 @@ local sw = sliding_window(window)
 local function view(settled, replay, reserved, s2, c2, p2)
   local prev, cur, start, elapsed = sw.state(now, s2, c2, p2, stored)
   local used = sw.share(prev, elapsed) + cur
-  return {settled, replay, reserved, used, sw.reset(now, prev, cur, start),
+  return {settled, replay, reserved, used, limit > used and limit - used or 0, sw.reset(now, prev, cur, start),
     sw.retry(limit, now, prev, cur, start, elapsed, 1), healed}
 end
 
@@ -168,47 +141,13 @@ else
   return view(0, 0, 0, s, c, p)
 end
 
--- Plan, with reads only, to forget up to three settlements past their
--- expiry, oldest first; a settlement renewed after its entry was queued
--- stays. This settle's own settlement is overwritten, never forgotten.
-local drop, popped = {}, 0
-if sh < st then
-  local qf = {}
-  for i = 0, math.min(3, st - sh) - 1 do
-    qf[i + 1] = 'sq:' .. string.format('%d', sh + i)
-  end
-  local qs = redis.call('HMGET', key, unpack(qf))
-  local sf, seen = {}, {}
-  for i = 1, #qf do
-    local qid, qx = string.match(qs[i] or '', '^(.+):(%d+)$')
-    qx = dec(qx, 0, MAX_EXACT)
-    if qx and qx > now then
-      break
-    end
-    drop[#drop + 1] = qf[i]
-    popped = popped + 1
-    if qid and qid ~= id and not seen[qid] then
-      seen[qid] = true
-      sf[#sf + 1] = 's:' .. qid
-    end
-  end
-  if #sf > 0 then
-    local recs = redis.call('HMGET', key, unpack(sf))
-    for i = 1, #sf do
-      local rec = recs[i]
-      local sx = rec and dec(string.match(rec, '^%d+:(%d+)'), 0, MAX_EXACT)
-      if rec and (not sx or sx <= now) then
-        drop[#drop + 1] = sf[i]
-      end
-    end
-  end
-end
+--#include prune q=sq r=s head=sh tail=st now=now expiry=^%d+:(%d+)
 
 local fields = {'s', string.format('%d', start), 'c', string.format('%d', cur), 'p', string.format('%d', prev),
   's:' .. id, cost_s .. ':' .. rx, 'sq:' .. string.format('%d', st), id .. ':' .. rx,
   'sh', string.format('%d', sh + popped), 'st', string.format('%d', st + 1)}
 redis.call('HSET', key, unpack(fields))
-if #drop > 0 then
+if drop and #drop > 0 then
   redis.call('HDEL', key, unpack(drop))
 end
 return view(1, 0, reserved, start, cur, prev)

@@ -2,15 +2,10 @@
 -- for the hash layout, and the prelude's sliding_window for the arithmetic.
 --
 -- KEYS[1]  window hash
--- ARGV[1]  limit          canonical decimal, 1..MAX_LIMIT
--- ARGV[2]  window_ms      canonical decimal, 1..MAX_WINDOW_MS
--- ARGV[3]  cost           canonical decimal, 1..limit
--- ARGV[4]  max_ids        canonical decimal, 1..MAX_REQUEST_IDS: cap on r:* records
--- ARGV[5]  strict         "1": a live window with another policy is POLICY
--- ARGV[6]  request_id     "" for none, else 1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]
+-- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {allowed, replay, used, reset_ms, retry_after_ms, healed}, integers
--- only: used is the estimate right after the decision, rounded up (for a
+-- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
+-- healed}, integers only, as every take's: used is the estimate right after the decision, rounded up (for a
 -- replay, right after the original acceptance); reset_ms is until the
 -- whole use has slid out; retry_after_ms, when denied, is until a take of
 -- this cost fits. Error replies start with INVALID, CONFLICT, POLICY,
@@ -34,49 +29,8 @@
 -- memory, is refused before anything else is written, so a full Redis
 -- leaves a window untouched (but for a restored TTL) or decides in full.
 
-if #KEYS ~= 1 or #ARGV ~= 6 then
-  return fail('INVALID', 'want 1 key and 6 arguments')
-end
-local key = KEYS[1]
-local limit_s, window_s, cost_s, maxids_s, strict, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-
+--#args
 local policy = limit_s .. ':' .. window_s
-
--- Every argument at once, the usual case: each number by num, then its
--- bounds in arithmetic, strict, and the request id in one match. A
--- canonical decimal in bounds has at most 16 digits, so each value is
--- exact. Any other arguments go through the checks one by one, which say
--- what is wrong; both accept exactly the same arguments.
-local limit, window, cost, maxids = num(limit_s), num(window_s), num(cost_s), num(maxids_s)
-if not (limit and window and cost and maxids and limit <= MAX_LIMIT and window <= MAX_WINDOW_MS
-    and cost <= limit and maxids <= MAX_REQUEST_IDS and (strict == '0' or strict == '1')
-    and (id == '' or #id <= MAX_REQUEST_ID_BYTES and string.find(id, REQUEST_ID))) then
-  limit = nil
-end
-if not limit then
-  limit = dec(limit_s, 1, MAX_LIMIT)
-  if not limit then
-    return fail('INVALID', 'limit must be a decimal in 1..' .. MAX_LIMIT)
-  end
-  window = dec(window_s, 1, MAX_WINDOW_MS)
-  if not window then
-    return fail('INVALID', 'window_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-  end
-  cost = dec(cost_s, 1, limit)
-  if not cost then
-    return fail('INVALID', 'cost must be a decimal in 1..limit')
-  end
-  maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
-  if not maxids then
-    return fail('INVALID', 'max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
-  end
-  if strict ~= '0' and strict ~= '1' then
-    return fail('INVALID', 'strict must be 0 or 1')
-  end
-  if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID)) then
-    return fail('INVALID', REQUEST_ID_RULE)
-  end
-end
 
 local _, now = redis_now()
 
@@ -162,60 +116,16 @@ if id ~= '' and f[8] then
     if rc ~= cost_s then
       return fail('CONFLICT', 'request id was accepted with cost ' .. rc, healed)
     end
-    return {1, 1, ru, sw.reset(now, prev, cur, start), 0, healed}
+    return {1, 1, ru, limit > ru and limit - ru or 0, sw.reset(now, prev, cur, start), 0, healed}
   end
 end
 
 if share + cur + cost > limit then
-  return {0, 0, share + cur, sw.reset(now, prev, cur, start),
+  return {0, 0, share + cur, limit > share + cur and limit - share - cur or 0, sw.reset(now, prev, cur, start),
     sw.retry(limit, now, prev, cur, start, elapsed, cost), healed}
 end
 
--- Plan, with reads only, to forget up to three records past their expiry,
--- oldest first. A take adds at most one record, so under any traffic the
--- records stay bounded. Queue entries are "<id>:<expiry ms>"; a record
--- renewed after its entry was queued is newer than the entry and stays.
--- This take's own id is overwritten below, never forgotten.
-local drop, popped, forgot = nil, 0, 0
-if qh < qt then
-  -- '..' writes a number below 10^14 as its exact decimal.
-  local qf
-  if qt < 1e14 then
-    qf = {'q:' .. qh, 'q:' .. qh + 1, 'q:' .. qh + 2}
-  else
-    qf = {'q:' .. string.format('%d', qh), 'q:' .. string.format('%d', qh + 1), 'q:' .. string.format('%d', qh + 2)}
-  end
-  for i = qt - qh + 1, 3 do
-    qf[i] = nil
-  end
-  local qs = redis.call('HMGET', key, unpack(qf))
-  local rf, seen = {}, {}
-  drop = {}
-  for i = 1, #qf do
-    local qid, qx = string.match(qs[i] or '', '^(.+):(%d+)$')
-    qx = dec(qx, 0, MAX_EXACT)
-    if qx and qx > now then
-      break
-    end
-    drop[#drop + 1] = qf[i]
-    popped = popped + 1
-    if qid and qid ~= id and not seen[qid] then
-      seen[qid] = true
-      rf[#rf + 1] = 'r:' .. qid
-    end
-  end
-  if #rf > 0 then
-    local recs = redis.call('HMGET', key, unpack(rf))
-    for i = 1, #rf do
-      local rec = recs[i]
-      local rx = rec and dec(string.match(rec, ':(%d+)$'), 0, MAX_EXACT)
-      if rec and (not rx or rx <= now) then
-        drop[#drop + 1] = rf[i]
-        forgot = forgot + 1
-      end
-    end
-  end
-end
+--#include prune q=q r=r head=qh tail=qt now=now expiry=:(%d+)$
 
 cur = cur + cost
 local used = share + cur
@@ -302,4 +212,4 @@ local ttl = ends - now
 if pttl < ttl or pttl > ttl + 1 then
   redis.call('PEXPIRE', key, math.max(ttl, 1))
 end
-return {1, 0, used, ttl, 0, healed}
+return {1, 0, used, limit > used and limit - used or 0, ttl, 0, healed}

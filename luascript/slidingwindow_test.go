@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 )
 
@@ -25,13 +26,13 @@ func (e *env) swKey(subject string) string {
 	return luascript.SlidingWindowKey(e.prefix, "pol", subject)
 }
 
-func sw(key string, limit, cost int64, id string) luascript.SlidingWindowArgs {
-	return luascript.SlidingWindowArgs{Key: key, Limit: limit, WindowMS: bigW, Cost: cost, RequestID: id, MaxRequestIDs: 100}
+func sw(key string, limit, cost int64, id string) luascript.Args {
+	return luascript.Args{Key: key, Limit: limit, WindowMS: bigW, Cost: cost, RequestID: id, MaxRequestIDs: 100}
 }
 
-func (e *env) swTake(a luascript.SlidingWindowArgs) luascript.SlidingWindowResult {
+func (e *env) swTake(a luascript.Args) luascript.Result {
 	e.t.Helper()
-	r, err := luascript.SlidingWindowTake(e.t.Context(), e.c, a)
+	r, err := luascript.Take(e.t.Context(), e.c, limits.SlidingWindow, a)
 	if err != nil {
 		e.t.Fatalf("sliding window take %+v: %v", a, err)
 	}
@@ -40,10 +41,10 @@ func (e *env) swTake(a luascript.SlidingWindowArgs) luascript.SlidingWindowResul
 
 // swTakeErr expects the take to fail with want, and the key to be as it was
 // (DUMP byte for byte): a refusal writes nothing.
-func (e *env) swTakeErr(a luascript.SlidingWindowArgs, want error) error {
+func (e *env) swTakeErr(a luascript.Args, want error) error {
 	e.t.Helper()
 	before := e.dump(a.Key)
-	r, err := luascript.SlidingWindowTake(e.t.Context(), e.c, a)
+	r, err := luascript.Take(e.t.Context(), e.c, limits.SlidingWindow, a)
 	if !errors.Is(err, want) {
 		e.t.Fatalf("sliding window take %+v = %+v, %v; want %v", a, r, err, want)
 	}
@@ -53,9 +54,9 @@ func (e *env) swTakeErr(a luascript.SlidingWindowArgs, want error) error {
 	return err
 }
 
-func (e *env) swPeek(key string, limit int64, strict bool) luascript.SlidingWindowPeekResult {
+func (e *env) swPeek(key string, limit int64, strict bool) luascript.Result {
 	e.t.Helper()
-	r, err := luascript.SlidingWindowPeek(e.t.Context(), e.c, luascript.SlidingWindowPeekArgs{Key: key, Limit: limit, WindowMS: bigW, Strict: strict})
+	r, err := luascript.Peek(e.t.Context(), e.c, limits.SlidingWindow, luascript.Args{Key: key, Limit: limit, WindowMS: bigW, Strict: strict})
 	if err != nil {
 		e.t.Fatalf("sliding window peek: %v", err)
 	}
@@ -201,7 +202,7 @@ func TestSlidingWindowPreviousPeriod(t *testing.T) {
 	if p.ResetMS > start+bigW-now || p.ResetMS < start+bigW-now-1000 {
 		t.Fatalf("reset_ms = %d, want the end of this period", p.ResetMS)
 	}
-	r, err := luascript.SlidingWindowTake(t.Context(), e.c, luascript.SlidingWindowArgs{Key: k, Limit: 10, WindowMS: bigW, Cost: 10 - p.Used, MaxRequestIDs: 1})
+	r, err := luascript.Take(t.Context(), e.c, limits.SlidingWindow, luascript.Args{Key: k, Limit: 10, WindowMS: bigW, Cost: 10 - p.Used, MaxRequestIDs: 1})
 	if err != nil || !r.Allowed || r.Used != 10 {
 		t.Fatalf("take of what is left = %+v, %v", r, err)
 	}
@@ -220,7 +221,7 @@ func TestSlidingWindowPolicyChanges(t *testing.T) {
 	strict := sw(k, 6, 1, "")
 	strict.Strict = true
 	e.swTakeErr(strict, luascript.ErrPolicy)
-	if _, err := luascript.SlidingWindowPeek(t.Context(), e.c, luascript.SlidingWindowPeekArgs{Key: k, Limit: 6, WindowMS: bigW, Strict: true}); !errors.Is(err, luascript.ErrPolicy) {
+	if _, err := luascript.Peek(t.Context(), e.c, limits.SlidingWindow, luascript.Args{Key: k, Limit: 6, WindowMS: bigW, Strict: true}); !errors.Is(err, luascript.ErrPolicy) {
 		t.Fatalf("strict peek under other limits: %v", err)
 	}
 	// A named policy's new limit applies at once to the counted use.
@@ -268,7 +269,7 @@ func TestSlidingWindowHealsAndRefuses(t *testing.T) {
 	e.mustDo("HSET", other, "used", "1", "policy", "5:60000")
 	e.mustDo("PEXPIRE", other, "60000")
 	e.swTakeErr(sw(other, 5, 1, ""), luascript.ErrWrongType)
-	if _, err := luascript.SlidingWindowPeek(t.Context(), e.c, luascript.SlidingWindowPeekArgs{Key: other, Limit: 5, WindowMS: bigW}); !errors.Is(err, luascript.ErrWrongType) {
+	if _, err := luascript.Peek(t.Context(), e.c, limits.SlidingWindow, luascript.Args{Key: other, Limit: 5, WindowMS: bigW}); !errors.Is(err, luascript.ErrWrongType) {
 		t.Fatalf("peek of a fixed window's hash: %v", err)
 	}
 
@@ -289,15 +290,15 @@ func TestSlidingWindowHealsAndRefuses(t *testing.T) {
 			t.Fatalf("EVAL %v changed the key", argv)
 		}
 	}
-	if _, err := luascript.SlidingWindowTakeCall(sw(k, 5, 6, "")); !errors.Is(err, luascript.ErrInvalid) {
+	if _, err := luascript.TakeCall(limits.SlidingWindow, sw(k, 5, 6, "")); !errors.Is(err, luascript.ErrInvalid) {
 		t.Fatalf("cost above the limit: %v", err)
 	}
 }
 
 // swTakeErrHealed expects a refusal with want after a restored TTL.
-func (e *env) swTakeErrHealed(a luascript.SlidingWindowArgs, want error) error {
+func (e *env) swTakeErrHealed(a luascript.Args, want error) error {
 	e.t.Helper()
-	r, err := luascript.SlidingWindowTake(e.t.Context(), e.c, a)
+	r, err := luascript.Take(e.t.Context(), e.c, limits.SlidingWindow, a)
 	if !errors.Is(err, want) {
 		e.t.Fatalf("sliding window take %+v = %+v, %v; want %v", a, r, err, want)
 	}
@@ -351,39 +352,39 @@ func TestSlidingWindowOnMiniredis(t *testing.T) {
 // each result comes back in its place.
 func TestSlidingWindowInExecMulti(t *testing.T) {
 	e := setup(t)
-	take, err := luascript.SlidingWindowTakeCall(sw(e.swKey("m"), 2, 2, "x"))
+	take, err := luascript.TakeCall(limits.SlidingWindow, sw(e.swKey("m"), 2, 2, "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	peek, err := luascript.SlidingWindowPeekCall(luascript.SlidingWindowPeekArgs{Key: e.swKey("m"), Limit: 2, WindowMS: bigW})
+	peek, err := luascript.PeekCall(limits.SlidingWindow, luascript.Args{Key: e.swKey("m"), Limit: 2, WindowMS: bigW})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixed, err := luascript.TakeCall(args(e.key("m"), 5, 1, ""))
+	fixed, err := luascript.TakeCall(limits.FixedWindow, args(e.key("m"), 5, 1, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	res := luascript.ExecMulti(t.Context(), e.c, []luascript.Call{take, fixed, peek, take})
-	if r, err := luascript.ParseSlidingWindowTake(res[0]); err != nil || !r.Allowed || r.Used != 2 {
+	if r, err := luascript.ParseTake(res[0]); err != nil || !r.Allowed || r.Used != 2 {
 		t.Fatalf("sliding take = %+v, %v", r, err)
 	}
 	if r, err := luascript.ParseTake(res[1]); err != nil || !r.Allowed || r.Used != 1 {
 		t.Fatalf("fixed window take = %+v, %v", r, err)
 	}
-	if r, err := luascript.ParseSlidingWindowPeek(res[2]); err != nil || r.Used != 2 {
+	if r, err := luascript.ParsePeek(res[2]); err != nil || r.Used != 2 {
 		t.Fatalf("sliding peek = %+v, %v", r, err)
 	}
-	if r, err := luascript.ParseSlidingWindowTake(res[3]); err != nil || !r.Replay {
+	if r, err := luascript.ParseTake(res[3]); err != nil || !r.Replay {
 		t.Fatalf("sliding replay = %+v, %v", r, err)
 	}
 	// A reply of another shape is never read as a decision.
 	for _, lua := range []string{"return {1, 0, 1, 0}", "return {1, 0, 1, 0, 5, 0}", "return {0, 0, 1, 0, 0, 0}", "return {0, 1, 1, 0, 5, 0}", "return {1, 0, -1, 0, 0, 0}"} {
-		if _, err := luascript.ParseSlidingWindowTake(e.do("EVAL", lua, "0")); !errors.Is(err, luascript.ErrMalformedReply) {
+		if _, err := luascript.ParseTake(e.do("EVAL", lua, "0")); !errors.Is(err, luascript.ErrMalformedReply) {
 			t.Errorf("ParseSlidingWindowTake of %q = %v, want MALFORMED_REPLY", lua, err)
 		}
 	}
 	for _, lua := range []string{"return {1}", "return {-1, 0}", "return {1, -1}"} {
-		if _, err := luascript.ParseSlidingWindowPeek(e.do("EVAL", lua, "0")); !errors.Is(err, luascript.ErrMalformedReply) {
+		if _, err := luascript.ParsePeek(e.do("EVAL", lua, "0")); !errors.Is(err, luascript.ErrMalformedReply) {
 			t.Errorf("ParseSlidingWindowPeek of %q = %v, want MALFORMED_REPLY", lua, err)
 		}
 	}
@@ -407,9 +408,9 @@ func TestSlidingWindowOnAFullRedis(t *testing.T) {
 			t.Errorf("CONFIG SET maxmemory 0: %v", err)
 		}
 	})
-	for _, a := range []luascript.SlidingWindowArgs{sw(live, 5, 1, "b"), sw(live, 5, 1, ""), sw(fresh, 5, 1, "c")} {
-		_, err := luascript.SlidingWindowTake(t.Context(), e.c, a)
-		if err == nil || !strings.HasPrefix(err.Error(), "sliding window take: OOM") {
+	for _, a := range []luascript.Args{sw(live, 5, 1, "b"), sw(live, 5, 1, ""), sw(fresh, 5, 1, "c")} {
+		_, err := luascript.Take(t.Context(), e.c, limits.SlidingWindow, a)
+		if err == nil || !strings.HasPrefix(err.Error(), "take: OOM") {
 			t.Fatalf("take %+v on a full Redis: %v, want Redis's OOM refusal", a, err)
 		}
 	}

@@ -3,43 +3,18 @@
 -- The flags line lets Redis run it on a replica; see scripts.go.
 --
 -- KEYS[1]  bucket hash
--- ARGV[1]  rate           canonical decimal, 1..MAX_LIMIT
--- ARGV[2]  period_ms      canonical decimal, 1..MAX_WINDOW_MS
--- ARGV[3]  burst          canonical decimal, 1..MAX_LIMIT
--- ARGV[4]  strict         "1": a live bucket with another policy is POLICY
+-- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {remaining, reset_ms}, integers only: whole tokens in the bucket now
--- and milliseconds until it is full (0 when it is, or there is no bucket).
+-- Reply {exists, used, remaining, reset_ms}, integers only, as every
+-- peek's: remaining is whole tokens in the bucket now, used the burst less
+-- them, and reset_ms until it is full (0 when it is, or there is no
+-- bucket).
 -- The arithmetic is the prelude's gcra, as for token_bucket_take.lua.
 --
 -- It never writes, so no error reply follows a write; Redis refuses any
 -- write it tried (no-writes).
 
-if #KEYS ~= 1 or #ARGV ~= 4 then
-  return fail('INVALID', 'want 1 key and 4 arguments')
-end
-local key = KEYS[1]
-local rate_s, period_s, burst_s, strict = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-
-local rate = dec(rate_s, 1, MAX_LIMIT)
-if not rate then
-  return fail('INVALID', 'rate must be a decimal in 1..' .. MAX_LIMIT)
-end
-local period = dec(period_s, 1, MAX_WINDOW_MS)
-if not period then
-  return fail('INVALID', 'period_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-end
-local burst = dec(burst_s, 1, MAX_LIMIT)
-if not burst then
-  return fail('INVALID', 'burst must be a decimal in 1..' .. MAX_LIMIT)
-end
--- The refill time from empty bounds every time the bucket stores.
-if burst * period > MAX_WINDOW_MS * rate then
-  return fail('INVALID', 'burst * period_ms / rate must be at most ' .. MAX_WINDOW_MS)
-end
-if strict ~= '0' and strict ~= '1' then
-  return fail('INVALID', 'strict must be 0 or 1')
-end
+--#args
 local policy = rate_s .. ':' .. period_s .. ':' .. burst_s
 
 local now = redis_now()
@@ -49,7 +24,7 @@ if f.err then
   return failed_read('token bucket', f)
 end
 if redis.call('EXISTS', key) == 0 then
-  return {burst, 0}
+  return {0, 0, burst, 0}
 end
 local tat = dec(f[1], 0, MAX_EXACT)
 local rem = dec(f[2], 0, MAX_LIMIT)
@@ -62,4 +37,5 @@ if strict == '1' and f[3] ~= policy then
 end
 local g = gcra(rate, period, burst, now)
 tat, rem = g.rebase(tat, rem, f[3] == policy)
-return {g.tokens(tat, rem), g.ms_until(tat, rem)}
+local tokens = g.tokens(tat, rem)
+return {1, burst - tokens, tokens, g.ms_until(tat, rem)}

@@ -3,17 +3,12 @@
 -- doc.go for the hash layout.
 --
 -- KEYS[1]  bucket hash
--- ARGV[1]  rate           canonical decimal, 1..MAX_LIMIT: tokens per period
--- ARGV[2]  period_ms      canonical decimal, 1..MAX_WINDOW_MS
--- ARGV[3]  burst          canonical decimal, 1..MAX_LIMIT: bucket size
--- ARGV[4]  cost           canonical decimal, 0..MAX_LIMIT: the take's actual cost
--- ARGV[5]  dedupe_ms      canonical decimal, 1..MAX_WINDOW_MS: request-id horizon
--- ARGV[6]  strict         "1": a live bucket with another policy is POLICY
--- ARGV[7]  request_id     1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]: the take's
+-- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {settled, replay, reserved, remaining, reset_ms, retry_after_ms,
--- healed}, integers only; remaining, reset_ms and retry_after_ms (for a
--- take of 1) are the bucket's as a take would report them. settled 0: the
+-- Reply {settled, replay, reserved, used, remaining, reset_ms,
+-- retry_after_ms, healed}, integers only, as every settle's; used,
+-- remaining, reset_ms and retry_after_ms (for a take of 1) are the
+-- bucket's as a take would report them. settled 0: the
 -- bucket holds no record of that request id (its dedupe horizon passed, or
 -- it was never accepted), and nothing changed. replay 1: settled before
 -- with this cost, nothing changed. Error replies start with INVALID,
@@ -56,42 +51,7 @@
 -- by ':' and fields this script does not know, which it leaves as they
 -- are; it never rewrites a take's record.
 
-if #KEYS ~= 1 or #ARGV ~= 7 then
-  return fail('INVALID', 'want 1 key and 7 arguments')
-end
-local key = KEYS[1]
-local rate_s, period_s, burst_s, cost_s, dedupe_s, strict, id =
-  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-
-local rate = dec(rate_s, 1, MAX_LIMIT)
-if not rate then
-  return fail('INVALID', 'rate must be a decimal in 1..' .. MAX_LIMIT)
-end
-local period = dec(period_s, 1, MAX_WINDOW_MS)
-if not period then
-  return fail('INVALID', 'period_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-end
-local burst = dec(burst_s, 1, MAX_LIMIT)
-if not burst then
-  return fail('INVALID', 'burst must be a decimal in 1..' .. MAX_LIMIT)
-end
-if burst * period > MAX_WINDOW_MS * rate then
-  return fail('INVALID', 'burst * period_ms / rate must be at most ' .. MAX_WINDOW_MS)
-end
-local cost = dec(cost_s, 0, MAX_LIMIT)
-if not cost then
-  return fail('INVALID', 'cost must be a decimal in 0..' .. MAX_LIMIT)
-end
-local dedupe = dec(dedupe_s, 1, MAX_WINDOW_MS)
-if not dedupe then
-  return fail('INVALID', 'dedupe_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-end
-if strict ~= '0' and strict ~= '1' then
-  return fail('INVALID', 'strict must be 0 or 1')
-end
-if id == '' or #id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID) then
-  return fail('INVALID', REQUEST_ID_RULE)
-end
+--#args
 local policy = rate_s .. ':' .. period_s .. ':' .. burst_s
 
 local now, now_ms = redis_now()
@@ -103,7 +63,7 @@ if f.err then
 end
 local pttl = redis.call('PTTL', key)
 if pttl == -2 then
-  return {0, 0, 0, burst, 0, 0, 0}
+  return {0, 0, 0, 0, burst, 0, 0, 0}
 end
 
 local stored = f[3]
@@ -118,16 +78,7 @@ if not (tat and rem and ids and sh and st and sh <= st) or stored ~= policy
 end
 tat, rem = g.rebase(tat, rem, stored == policy)
 
-local healed = 0
-if pttl == -1 then
-  local ttl = g.ms_until(tat, rem)
-  if ids > 0 then
-    ttl = math.max(ttl, dedupe)
-  end
-  ttl = math.max(ttl, 1)
-  redis.call('PEXPIRE', key, ttl)
-  pttl, healed = ttl, 1
-end
+--#include bucket_heal
 
 if strict == '1' and stored ~= policy then
   return fail('POLICY', 'live bucket has rate:period_ms:burst ' .. stored, healed)
@@ -137,7 +88,8 @@ end
 local function view(settled, replay, reserved, u, r)
   local at_u, at_r = g.sub(u, r, g.tau_u, g.tau_r)
   at_u, at_r = g.add(at_u, at_r, g.span(1))
-  return {settled, replay, reserved, g.tokens(u, r), g.ms_until(u, r), g.ms_until(at_u, at_r), healed}
+  local tokens = g.tokens(u, r)
+  return {settled, replay, reserved, burst - tokens, tokens, g.ms_until(u, r), g.ms_until(at_u, at_r), healed}
 end
 
 if not f[5] then
@@ -189,41 +141,7 @@ elseif cost < reserved then
   end
 end
 
--- Plan, with reads only, to forget up to three settlements past their
--- expiry, oldest first; a settlement renewed after its entry was queued
--- stays. This settle's own settlement is overwritten, never forgotten.
-local drop, popped = {}, 0
-if sh < st then
-  local qf = {}
-  for i = 0, math.min(3, st - sh) - 1 do
-    qf[i + 1] = 'sq:' .. string.format('%d', sh + i)
-  end
-  local qs = redis.call('HMGET', key, unpack(qf))
-  local sf, seen = {}, {}
-  for i = 1, #qf do
-    local qid, qx = string.match(qs[i] or '', '^(.+):(%d+)$')
-    qx = dec(qx, 0, MAX_EXACT)
-    if qx and qx > now_ms then
-      break
-    end
-    drop[#drop + 1] = qf[i]
-    popped = popped + 1
-    if qid and qid ~= id and not seen[qid] then
-      seen[qid] = true
-      sf[#sf + 1] = 's:' .. qid
-    end
-  end
-  if #sf > 0 then
-    local recs = redis.call('HMGET', key, unpack(sf))
-    for i = 1, #sf do
-      local rec = recs[i]
-      local sx = rec and dec(string.match(rec, '^%d+:(%d+)'), 0, MAX_EXACT)
-      if rec and (not sx or sx <= now_ms) then
-        drop[#drop + 1] = sf[i]
-      end
-    end
-  end
-end
+--#include prune q=sq r=s head=sh tail=st now=now_ms expiry=^%d+:(%d+)
 
 local fields = {'tat', string.format('%d', u), 'rem', string.format('%d', r),
   's:' .. id, cost_s .. ':' .. rx, 'sq:' .. string.format('%d', st), id .. ':' .. rx,
@@ -234,7 +152,7 @@ if stored ~= policy then
   fields[#fields + 1] = policy
 end
 redis.call('HSET', key, unpack(fields))
-if #drop > 0 then
+if drop and #drop > 0 then
   redis.call('HDEL', key, unpack(drop))
 end
 local ttl = g.ms_until(u, r)

@@ -1,17 +1,11 @@
 -- One decision on one token bucket (GCRA). See doc.go for the hash layout.
 --
 -- KEYS[1]  bucket hash
--- ARGV[1]  rate           canonical decimal, 1..MAX_LIMIT: tokens per period
--- ARGV[2]  period_ms      canonical decimal, 1..MAX_WINDOW_MS
--- ARGV[3]  burst          canonical decimal, 1..MAX_LIMIT: bucket size
--- ARGV[4]  cost           canonical decimal, 1..burst
--- ARGV[5]  dedupe_ms      canonical decimal, 1..MAX_WINDOW_MS: request-id horizon
--- ARGV[6]  max_ids        canonical decimal, 1..MAX_REQUEST_IDS: cap on r:* records
--- ARGV[7]  strict         "1": a live bucket with another policy is POLICY
--- ARGV[8]  request_id     "" for none, else 1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]
+-- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {allowed, replay, remaining, reset_ms, retry_after_ms, healed},
--- integers only. Error replies start with INVALID, CONFLICT, POLICY,
+-- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
+-- healed}, integers only, as every take's: remaining is whole tokens,
+-- used the burst less them. Error replies start with INVALID, CONFLICT, POLICY,
 -- WRONGTYPE or REQUEST_IDS_FULL.
 --
 -- Time is Redis's own (TIME), in whole microseconds; the arithmetic is the
@@ -32,65 +26,8 @@
 -- memory, is refused before anything else is written, so a full Redis
 -- leaves a bucket untouched (but for a restored TTL) or decides in full.
 
-if #KEYS ~= 1 or #ARGV ~= 8 then
-  return fail('INVALID', 'want 1 key and 8 arguments')
-end
-local key = KEYS[1]
-local rate_s, period_s, burst_s, cost_s, dedupe_s, maxids_s, strict, id =
-  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-
+--#args
 local policy = rate_s .. ':' .. period_s .. ':' .. burst_s
-
--- Every argument at once, the usual case: each number by num, then its
--- bounds in arithmetic, strict, and the request id in one match. A
--- canonical decimal in bounds has at most 16 digits, so each value is
--- exact. Any other arguments go through the checks one by one, which say
--- what is wrong; both accept exactly the same arguments.
-local rate, period, burst, cost, dedupe, maxids =
-  num(rate_s), num(period_s), num(burst_s), num(cost_s), num(dedupe_s), num(maxids_s)
-if not (rate and period and burst and cost and dedupe and maxids and rate <= MAX_LIMIT
-    and period <= MAX_WINDOW_MS and burst <= MAX_LIMIT and burst * period <= MAX_WINDOW_MS * rate
-    and cost <= burst and dedupe <= MAX_WINDOW_MS and maxids <= MAX_REQUEST_IDS
-    and (strict == '0' or strict == '1')
-    and (id == '' or #id <= MAX_REQUEST_ID_BYTES and string.find(id, REQUEST_ID))) then
-  rate = nil
-end
-if not rate then
-  rate = dec(rate_s, 1, MAX_LIMIT)
-  if not rate then
-    return fail('INVALID', 'rate must be a decimal in 1..' .. MAX_LIMIT)
-  end
-  period = dec(period_s, 1, MAX_WINDOW_MS)
-  if not period then
-    return fail('INVALID', 'period_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-  end
-  burst = dec(burst_s, 1, MAX_LIMIT)
-  if not burst then
-    return fail('INVALID', 'burst must be a decimal in 1..' .. MAX_LIMIT)
-  end
-  -- The refill time from empty bounds every time the bucket stores.
-  if burst * period > MAX_WINDOW_MS * rate then
-    return fail('INVALID', 'burst * period_ms / rate must be at most ' .. MAX_WINDOW_MS)
-  end
-  cost = dec(cost_s, 1, burst)
-  if not cost then
-    return fail('INVALID', 'cost must be a decimal in 1..burst')
-  end
-  dedupe = dec(dedupe_s, 1, MAX_WINDOW_MS)
-  if not dedupe then
-    return fail('INVALID', 'dedupe_ms must be a decimal in 1..' .. MAX_WINDOW_MS)
-  end
-  maxids = dec(maxids_s, 1, MAX_REQUEST_IDS)
-  if not maxids then
-    return fail('INVALID', 'max request ids must be a decimal in 1..' .. MAX_REQUEST_IDS)
-  end
-  if strict ~= '0' and strict ~= '1' then
-    return fail('INVALID', 'strict must be 0 or 1')
-  end
-  if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID)) then
-    return fail('INVALID', REQUEST_ID_RULE)
-  end
-end
 
 local now, now_ms = redis_now()
 local g = gcra(rate, period, burst, now)
@@ -118,19 +55,7 @@ end
 local stored_ids = ids
 tat, rem = g.rebase(tat, rem, pttl == -2 or stored == policy)
 
--- The key lives until the bucket is full again, and as long as its newest
--- request-id record, whichever is later; never shorter than it already has.
-local healed = 0
-if pttl == -1 then
-  -- Lost its TTL: give it back whatever follows, errors included.
-  local ttl = g.ms_until(tat, rem)
-  if ids > 0 then
-    ttl = math.max(ttl, dedupe)
-  end
-  ttl = math.max(ttl, 1)
-  redis.call('PEXPIRE', key, ttl)
-  pttl, healed = ttl, 1
-end
+--#include bucket_heal
 
 if strict == '1' and stored and stored ~= policy then
   return fail('POLICY', 'live bucket has rate:period_ms:burst ' .. stored, healed)
@@ -146,7 +71,7 @@ if id ~= '' and f[7] then
     if rc ~= cost_s then
       return fail('CONFLICT', 'request id was accepted with cost ' .. rc, healed)
     end
-    return {1, 1, rr + 0, g.ms_until(tat, rem), 0, healed}
+    return {1, 1, burst - rr, rr + 0, g.ms_until(tat, rem), 0, healed}
   end
 end
 
@@ -154,7 +79,8 @@ end
 local new_u, new_r = g.add(tat, rem, g.span(cost))
 local at_u, at_r = g.sub(new_u, new_r, g.tau_u, g.tau_r)
 if not g.le(at_u, at_r, now, 0) then
-  return {0, 0, g.tokens(tat, rem), g.ms_until(tat, rem), g.ms_until(at_u, at_r), healed}
+  local tokens = g.tokens(tat, rem)
+  return {0, 0, burst - tokens, tokens, g.ms_until(tat, rem), g.ms_until(at_u, at_r), healed}
 end
 
 -- Plan, with reads only, to forget up to three records past their horizon,
@@ -244,4 +170,4 @@ if ttl < 1 then
   ttl = 1
 end
 redis.call('PEXPIRE', key, ttl)
-return {1, 0, remaining, reset, 0, healed}
+return {1, 0, burst - remaining, remaining, reset, 0, healed}

@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"quotad/limits"
 	"quotad/luascript"
 )
 
 // tb is a bucket of burst tokens refilled rate per second.
-func tb(key string, rate, burst, cost int64, id string) luascript.TokenBucketArgs {
+func tb(key string, rate, burst, cost int64, id string) luascript.Args {
 	b := luascript.TokenBucket{Rate: rate, PeriodMS: 1000, Burst: burst}
-	return luascript.TokenBucketArgs{
+	return luascript.Args{
 		Key: key, TokenBucket: b, Cost: cost, RequestID: id,
 		DedupeMS: b.RefillMS(), MaxRequestIDs: 100,
 	}
@@ -25,27 +26,27 @@ func (e *env) tbKey(subject string) string {
 	return luascript.TokenBucketKey(e.prefix, "pol", subject)
 }
 
-func (e *env) tbTake(a luascript.TokenBucketArgs) luascript.TokenBucketResult {
+func (e *env) tbTake(a luascript.Args) luascript.Result {
 	e.t.Helper()
-	r, err := luascript.TokenBucketTake(e.t.Context(), e.c, a)
+	r, err := luascript.Take(e.t.Context(), e.c, limits.TokenBucket, a)
 	if err != nil {
 		e.t.Fatalf("token bucket take %+v: %v", a, err)
 	}
 	return r
 }
 
-func (e *env) tbTakeErr(a luascript.TokenBucketArgs, want error) error {
+func (e *env) tbTakeErr(a luascript.Args, want error) error {
 	e.t.Helper()
-	r, err := luascript.TokenBucketTake(e.t.Context(), e.c, a)
+	r, err := luascript.Take(e.t.Context(), e.c, limits.TokenBucket, a)
 	if !errors.Is(err, want) {
 		e.t.Fatalf("token bucket take %+v = %+v, %v; want %v", a, r, err, want)
 	}
 	return err
 }
 
-func (e *env) tbPeek(a luascript.TokenBucketArgs) luascript.TokenBucketPeekResult {
+func (e *env) tbPeek(a luascript.Args) luascript.Result {
 	e.t.Helper()
-	r, err := luascript.TokenBucketPeek(e.t.Context(), e.c, luascript.TokenBucketPeekArgs{Key: a.Key, TokenBucket: a.TokenBucket, Strict: a.Strict})
+	r, err := luascript.Peek(e.t.Context(), e.c, limits.TokenBucket, luascript.Args{Key: a.Key, TokenBucket: a.TokenBucket, Strict: a.Strict})
 	if err != nil {
 		e.t.Fatalf("token bucket peek %+v: %v", a, err)
 	}
@@ -72,7 +73,7 @@ func (e *env) redisTimeUS() int64 {
 func TestTokenBucketBurstThenDeny(t *testing.T) {
 	e := setup(t)
 	k := e.tbKey("u")
-	slow := func(cost int64, id string) luascript.TokenBucketArgs {
+	slow := func(cost int64, id string) luascript.Args {
 		a := tb(k, 1, 3, cost, id)
 		a.PeriodMS = 3_600_000 // one token per hour
 		a.DedupeMS = a.RefillMS()
@@ -152,7 +153,7 @@ func TestTokenBucketAccuracyUnderOverload(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for time.Now().Before(stop) {
-				r, err := luascript.TokenBucketTake(t.Context(), e.c, tb(k, rate, burst, 1, ""))
+				r, err := luascript.Take(t.Context(), e.c, limits.TokenBucket, tb(k, rate, burst, 1, ""))
 				if err != nil {
 					t.Error(err)
 					return
@@ -195,7 +196,7 @@ func TestTokenBucketConcurrentTakesNeverOverAdmit(t *testing.T) {
 		wg.Go(func() {
 			a := slow
 			a.RequestID = "r" + strconv.Itoa(i)
-			r, err := luascript.TokenBucketTake(t.Context(), e.c, a)
+			r, err := luascript.Take(t.Context(), e.c, limits.TokenBucket, a)
 			if err != nil {
 				t.Error(err)
 				return
@@ -217,7 +218,7 @@ func TestTokenBucketConcurrentTakesNeverOverAdmit(t *testing.T) {
 func TestTokenBucketReplayAndConflict(t *testing.T) {
 	e := setup(t)
 	k := e.tbKey("u")
-	slow := func(cost int64, id string) luascript.TokenBucketArgs {
+	slow := func(cost int64, id string) luascript.Args {
 		a := tb(k, 1, 5, cost, id)
 		a.PeriodMS = 3_600_000
 		a.DedupeMS = 60_000
@@ -306,7 +307,7 @@ func TestTokenBucketPolicy(t *testing.T) {
 	other := a
 	other.Burst = 11
 	e.tbTakeErr(other, luascript.ErrPolicy)
-	if _, err := luascript.TokenBucketPeek(t.Context(), e.c, luascript.TokenBucketPeekArgs{Key: k, TokenBucket: other.TokenBucket, Strict: true}); !errors.Is(err, luascript.ErrPolicy) {
+	if _, err := luascript.Peek(t.Context(), e.c, limits.TokenBucket, luascript.Args{Key: k, TokenBucket: other.TokenBucket, Strict: true}); !errors.Is(err, luascript.ErrPolicy) {
 		t.Fatalf("strict peek with another burst = %v, want POLICY", err)
 	}
 	sameHash(t, "after POLICY", e.hash(k), before)
@@ -341,7 +342,7 @@ func TestTokenBucketWrongType(t *testing.T) {
 	k := e.tbKey("s")
 	e.mustDo("SET", k, "v", "PX", "60000")
 	e.tbTakeErr(tb(k, 1, 1, 1, ""), luascript.ErrWrongType)
-	if _, err := luascript.TokenBucketPeek(t.Context(), e.c, luascript.TokenBucketPeekArgs{Key: k, TokenBucket: tb(k, 1, 1, 1, "").TokenBucket}); !errors.Is(err, luascript.ErrWrongType) {
+	if _, err := luascript.Peek(t.Context(), e.c, limits.TokenBucket, luascript.Args{Key: k, TokenBucket: tb(k, 1, 1, 1, "").TokenBucket}); !errors.Is(err, luascript.ErrWrongType) {
 		t.Fatalf("peek on a string = %v, want WRONGTYPE", err)
 	}
 	// A fixed window at a bucket's key is not misread as a bucket.
@@ -354,7 +355,7 @@ func TestTokenBucketWrongType(t *testing.T) {
 func TestTokenBucketInvalidArguments(t *testing.T) {
 	e := setup(t)
 	k := e.tbKey("u")
-	for name, a := range map[string]luascript.TokenBucketArgs{
+	for name, a := range map[string]luascript.Args{
 		"rate 0":            {Key: k, TokenBucket: luascript.TokenBucket{PeriodMS: 1000, Burst: 1}, Cost: 1, DedupeMS: 1, MaxRequestIDs: 1},
 		"refill over 31 d":  {Key: k, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: luascript.MaxWindowMS, Burst: 2}, Cost: 1, DedupeMS: 1, MaxRequestIDs: 1},
 		"cost above burst":  {Key: k, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: 1000, Burst: 1}, Cost: 2, DedupeMS: 1, MaxRequestIDs: 1},
@@ -362,7 +363,7 @@ func TestTokenBucketInvalidArguments(t *testing.T) {
 		"bad request id":    {Key: k, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: 1000, Burst: 1}, Cost: 1, DedupeMS: 1, MaxRequestIDs: 1, RequestID: "a:b"},
 		"max request ids 0": {Key: k, TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: 1000, Burst: 1}, Cost: 1, DedupeMS: 1},
 	} {
-		if _, err := luascript.TokenBucketTake(t.Context(), e.c, a); !errors.Is(err, luascript.ErrInvalid) {
+		if _, err := luascript.Take(t.Context(), e.c, limits.TokenBucket, a); !errors.Is(err, luascript.ErrInvalid) {
 			t.Errorf("%s: take = %v, want INVALID", name, err)
 		}
 	}
@@ -404,7 +405,7 @@ func TestTokenBucketExactArithmetic(t *testing.T) {
 		{1, luascript.MaxWindowMS, 1, 1, luascript.MaxWindowMS},
 	} {
 		k := e.tbKey("exact-" + strconv.Itoa(i))
-		a := luascript.TokenBucketArgs{
+		a := luascript.Args{
 			Key: k, TokenBucket: luascript.TokenBucket{Rate: tc.rate, PeriodMS: tc.periodMS, Burst: tc.burst},
 			Cost: tc.cost, DedupeMS: 1, MaxRequestIDs: 1,
 		}

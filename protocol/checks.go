@@ -178,14 +178,14 @@ func checkFieldName(f field) string {
 	return "a field"
 }
 
-// MultiTakeReply is the answer to a take of checks:
+// ChecksReply is the answer to a take of checks:
 //
 //	{"id":1,"ok":true,"allowed":false,"replay":false,"retry_after_ms":900,
 //	 "checks":[{"allowed":true,"replay":false,"limit":10,"used":3,...},
 //	           {"allowed":false,"replay":false,"limit":100,"used":100,...}]}
 //
 // Checks are in the request's order, each a take reply's decision fields.
-type MultiTakeReply struct {
+type ChecksReply struct {
 	// Allowed: every check consumed; false when none did.
 	Allowed bool
 	// Replay: every check replayed an acceptance of its request_id.
@@ -201,7 +201,7 @@ type MultiTakeReply struct {
 	Headers *HeaderFields
 }
 
-// CheckReply is one check's part of a MultiTakeReply: the fields of a
+// CheckReply is one check's part of a ChecksReply: the fields of a
 // take reply, in the same order, and Skipped.
 type CheckReply struct {
 	Allowed       bool
@@ -221,8 +221,8 @@ type CheckReply struct {
 	Skipped bool
 }
 
-// AppendMultiTake appends the reply line (with its '\n') to dst.
-func AppendMultiTake(dst, id []byte, r MultiTakeReply) []byte {
+// AppendChecks appends the reply line (with its '\n') to dst.
+func AppendChecks(dst, id []byte, r ChecksReply) []byte {
 	dst = appendHead(dst, id, true)
 	dst = appendBool(dst, `,"allowed":`, r.Allowed)
 	dst = appendBool(dst, `,"replay":`, r.Replay)

@@ -80,8 +80,8 @@ func TestDecodeChecksRefusals(t *testing.T) {
 	}
 }
 
-func TestAppendMultiTake(t *testing.T) {
-	line := protocol.AppendMultiTake(nil, []byte(`7`), protocol.MultiTakeReply{
+func TestAppendChecks(t *testing.T) {
+	line := protocol.AppendChecks(nil, []byte(`7`), protocol.ChecksReply{
 		Allowed: false, RetryAfterMS: 900,
 		Checks: []protocol.CheckReply{
 			{Allowed: true, Limit: 10, Used: 3, Remaining: 7, ResetMS: 500},

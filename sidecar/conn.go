@@ -29,10 +29,10 @@ const writeBufSize = 4 << 10
 // clients hold about 8 MB less.
 var writeBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufSize) }}
 
-// slot is one request's place in its connection's reply order. The reader
-// fills req and pushes the slot; out is written once, before done is set;
-// after done the writer owns the slot and frees it. Slots are reused.
-type slot struct {
+// pending is a request waiting for its reply, in its connection's reply
+// order. The reader fills req and queues it; out is written once, before
+// done is set; after done the writer owns it and frees it. They are reused.
+type pending struct {
 	c    *conn
 	req  protocol.Request
 	dec  dispatch.Decision
@@ -50,34 +50,34 @@ type slot struct {
 // keyLink is one key of a request and the next request on it.
 type keyLink struct {
 	key  string
-	next *slot
+	next *pending
 }
 
-var slots sync.Pool
+var pendings sync.Pool
 
 func init() {
-	// Set here, not in slots' declaration: decided frees slots itself.
-	slots.New = func() any {
-		sl := new(slot)
-		sl.dec.Done = sl.decided
-		return sl
+	// Set here, not in pendings' declaration: decided frees pendings itself.
+	pendings.New = func() any {
+		pr := new(pending)
+		pr.dec.Done = pr.decided
+		return pr
 	}
 }
 
-func newSlot(c *conn) *slot {
-	sl := slots.Get().(*slot)
-	sl.c = c
-	sl.done.Store(false)
-	return sl
+func newPending(c *conn) *pending {
+	pr := pendings.Get().(*pending)
+	pr.c = c
+	pr.done.Store(false)
+	return pr
 }
 
-func freeSlot(sl *slot) {
-	if cap(sl.out) > 4<<10 {
-		sl.out = nil // keep no outsized buffer alive
+func freePending(pr *pending) {
+	if cap(pr.out) > 4<<10 {
+		pr.out = nil // keep no outsized buffer alive
 	}
-	clear(sl.links)
-	sl.c, sl.links, sl.waits = nil, sl.links[:0], 0
-	slots.Put(sl)
+	clear(pr.links)
+	pr.c, pr.links, pr.waits = nil, pr.links[:0], 0
+	pendings.Put(pr)
 }
 
 // conn serves one client. One reader goroutine decodes lines and hands each
@@ -94,9 +94,9 @@ func freeSlot(sl *slot) {
 type conn struct {
 	s     *Server
 	nc    net.Conn
-	queue chan *slot
+	queue chan *pending
 	// wake gets a token whenever a request is decided; the writer waits on
-	// it for the slot at the head of the queue.
+	// it for the request at the head of the queue.
 	wake chan struct{}
 	// running counts requests pushed and not yet decided. While a drain
 	// waits for them, the reader goes on reading, so that lines the client
@@ -113,7 +113,7 @@ type conn struct {
 	mu sync.Mutex
 	// keys maps a key with a request in flight to the last request queued
 	// on it, whose next the following request on that key joins.
-	keys map[string]*slot
+	keys map[string]*pending
 
 	// A request that comes when no reply is unwritten goes to head instead
 	// of the queue, and the goroutine that decides it writes its reply at
@@ -124,15 +124,15 @@ type conn struct {
 	// and waiting (the writer waits for that write, on kick).
 	tryWrite func([]byte) (int, error)
 	wmu      sync.Mutex
-	head     *slot
+	head     *pending
 	busy     bool
 	waiting  bool
 	kick     chan struct{}
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{s: s, nc: rawio.Wrap(nc), queue: make(chan *slot, s.opts.MaxInflightPerConn),
-		wake: make(chan struct{}, 1), keys: make(map[string]*slot), kick: make(chan struct{}, 1)}
+	c := &conn{s: s, nc: rawio.Wrap(nc), queue: make(chan *pending, s.opts.MaxInflightPerConn),
+		wake: make(chan struct{}, 1), keys: make(map[string]*pending), kick: make(chan struct{}, 1)}
 	if tw, ok := c.nc.(interface{ TryWrite([]byte) (int, error) }); ok {
 		c.tryWrite = tw.TryWrite
 	}
@@ -182,7 +182,7 @@ func (c *conn) readLoop() {
 		}
 		line, err := lr.ReadLine()
 		if errors.Is(err, protocol.ErrTooLarge) {
-			c.refuse(newSlot(c), protocol.CodeTooLarge, protocol.AppendErr(nil, nil, err))
+			c.refuse(newPending(c), protocol.CodeTooLarge, protocol.AppendErr(nil, nil, err))
 			continue
 		}
 		if errors.Is(err, protocol.ErrWouldBlock) {
@@ -235,18 +235,18 @@ func (r idleReader) Read(p []byte) (int, error) {
 }
 
 // answer queues a reply computed by the reader itself.
-func (c *conn) answer(sl *slot, out []byte) {
-	sl.out = out
-	sl.done.Store(true)
+func (c *conn) answer(pr *pending, out []byte) {
+	pr.out = out
+	pr.done.Store(true)
 	c.unwritten.Add(1)
-	c.queue <- sl
+	c.queue <- pr
 }
 
 // refuse answers a request the reader refuses itself with an error reply
 // of code, and counts it.
-func (c *conn) refuse(sl *slot, code protocol.Code, out []byte) {
-	c.s.dispatch.ObserveRefused(sl.req.Op, code)
-	c.answer(sl, out)
+func (c *conn) refuse(pr *pending, code protocol.Code, out []byte) {
+	c.s.dispatch.ObserveRefused(pr.req.Op, code)
+	c.answer(pr, out)
 }
 
 // start decodes a line and queues its request: answered at once when it
@@ -254,8 +254,8 @@ func (c *conn) refuse(sl *slot, code protocol.Code, out []byte) {
 // dispatcher refuses), else handed to the dispatcher, or queued behind the
 // request of this connection that is in flight on the same key.
 func (c *conn) start(line []byte) {
-	sl := newSlot(c)
-	req := &sl.req
+	pr := newPending(c)
+	req := &pr.req
 	err := protocol.Decode(line, req)
 	if req.TraceInvalid {
 		c.s.metrics.traceInvalid.Inc()
@@ -265,49 +265,49 @@ func (c *conn) start(line []byte) {
 		if pe, ok := errors.AsType[*protocol.Error](err); ok {
 			code = pe.Code
 		}
-		c.refuse(sl, code, protocol.AppendErr(sl.out[:0], req.ID, err))
+		c.refuse(pr, code, protocol.AppendErr(pr.out[:0], req.ID, err))
 		return
 	}
 	if c.s.shutting.Load() {
-		c.refuse(sl, protocol.CodeShuttingDown, protocol.AppendError(sl.out[:0], req.ID, protocol.CodeShuttingDown, "the sidecar is shutting down: the request was not run"))
+		c.refuse(pr, protocol.CodeShuttingDown, protocol.AppendError(pr.out[:0], req.ID, protocol.CodeShuttingDown, "the sidecar is shutting down: the request was not run"))
 		return
 	}
 	if req.Op == protocol.OpPing {
-		c.answer(sl, c.s.ping(req, sl.out[:0]))
+		c.answer(pr, c.s.ping(req, pr.out[:0]))
 		return
 	}
 	c.running.Add(1)
-	c.place(sl) // the reply's place comes before the request runs
-	if _, decided := c.s.dispatch.Prepare(req, &sl.dec); decided {
-		return // refused: Done was called, and sl may be gone
+	c.place(pr) // the reply's place comes before the request runs
+	if _, decided := c.s.dispatch.Prepare(req, &pr.dec); decided {
+		return // refused: Done was called, and pr may be gone
 	}
 	var one [1]string // a take of one limit's key, without an allocation
-	keys := sl.dec.AppendKeys(one[:0])
+	keys := pr.dec.AppendKeys(one[:0])
 	c.mu.Lock()
 	for _, k := range keys {
-		sl.links = append(sl.links, keyLink{key: k})
+		pr.links = append(pr.links, keyLink{key: k})
 		if last, ok := c.keys[k]; ok {
-			last.link(k).next = sl
-			sl.waits++
+			last.link(k).next = pr
+			pr.waits++
 		}
-		c.keys[k] = sl
+		c.keys[k] = pr
 	}
-	waits := sl.waits
+	waits := pr.waits
 	c.mu.Unlock()
 	if waits > 0 {
 		return // the decisions it waits for run this one
 	}
-	c.s.dispatch.Run(&sl.dec)
+	c.s.dispatch.Run(&pr.dec)
 }
 
 // place gives a request's reply its place in the reply order: head when
 // no reply is unwritten (every earlier one is on the socket, so nothing
 // can come before it), else the queue.
-func (c *conn) place(sl *slot) {
+func (c *conn) place(pr *pending) {
 	if c.tryWrite != nil {
 		c.wmu.Lock()
 		if c.head == nil && c.unwritten.Load() == 0 {
-			c.head = sl
+			c.head = pr
 			c.unwritten.Add(1)
 			c.wmu.Unlock()
 			return
@@ -315,30 +315,30 @@ func (c *conn) place(sl *slot) {
 		c.wmu.Unlock()
 	}
 	c.unwritten.Add(1)
-	c.queue <- sl
+	c.queue <- pr
 }
 
-// writeHere writes sl's reply in the calling goroutine when sl is the
+// writeHere writes pr's reply in the calling goroutine when pr is the
 // head, without waiting for room in the socket. It reports whether all of
-// it went; then sl is done with. What did not fit stays in head for the
+// it went; then pr is done with. What did not fit stays in head for the
 // writer.
-func (c *conn) writeHere(sl *slot) bool {
+func (c *conn) writeHere(pr *pending) bool {
 	c.wmu.Lock()
-	if c.head != sl {
+	if c.head != pr {
 		c.wmu.Unlock()
 		return false
 	}
 	c.busy = true
 	c.wmu.Unlock()
-	n, err := c.tryWrite(sl.out)
-	all := err == nil && n == len(sl.out)
+	n, err := c.tryWrite(pr.out)
+	all := err == nil && n == len(pr.out)
 	c.wmu.Lock()
 	c.busy = false
 	kick := c.waiting || !all
 	if all {
 		c.head = nil
 	} else {
-		sl.out = sl.out[n:] // the writer writes the rest, or meets the error
+		pr.out = pr.out[n:] // the writer writes the rest, or meets the error
 	}
 	c.wmu.Unlock()
 	if all {
@@ -355,7 +355,7 @@ func (c *conn) writeHere(sl *slot) bool {
 
 // takeHead hands the head to the writer, once a decider writing it is
 // done.
-func (c *conn) takeHead() *slot {
+func (c *conn) takeHead() *pending {
 	c.wmu.Lock()
 	for c.busy {
 		c.waiting = true
@@ -370,27 +370,27 @@ func (c *conn) takeHead() *slot {
 	return h
 }
 
-// link is sl's link of key; c.mu is held.
-func (sl *slot) link(key string) *keyLink {
-	for i := range sl.links {
-		if sl.links[i].key == key {
-			return &sl.links[i]
+// link is pr's link of key; c.mu is held.
+func (pr *pending) link(key string) *keyLink {
+	for i := range pr.links {
+		if pr.links[i].key == key {
+			return &pr.links[i]
 		}
 	}
 	panic("sidecar: no link of key " + key)
 }
 
 // decided is a request's Decision.Done: it renders the reply, runs the
-// next request on the same key, and writes the reply or hands the slot to
+// next request on the same key, and writes the reply or hands the request to
 // the writer.
-func (sl *slot) decided() {
-	c := sl.c
-	sl.out = sl.dec.Out.AppendReply(sl.out[:0], sl.req.ID)
-	var ready [1]*slot
+func (pr *pending) decided() {
+	c := pr.c
+	pr.out = pr.dec.Out.AppendReply(pr.out[:0], pr.req.ID)
+	var ready [1]*pending
 	next := ready[:0]
-	if len(sl.links) > 0 {
+	if len(pr.links) > 0 {
 		c.mu.Lock()
-		for _, l := range sl.links {
+		for _, l := range pr.links {
 			if l.next == nil {
 				delete(c.keys, l.key)
 				continue
@@ -401,11 +401,11 @@ func (sl *slot) decided() {
 		}
 		c.mu.Unlock()
 	}
-	if c.tryWrite != nil && c.writeHere(sl) {
-		freeSlot(sl)
+	if c.tryWrite != nil && c.writeHere(pr) {
+		freePending(pr)
 		c.ended()
 	} else {
-		sl.done.Store(true) // the writer may free sl from here on
+		pr.done.Store(true) // the writer may free pr from here on
 		c.finished()
 	}
 	for _, n := range next {
@@ -449,20 +449,20 @@ func (c *conn) writeLoop() {
 		bw = nil
 		return err
 	}
-	write := func(sl *slot) {
-		if !sl.done.Load() {
+	write := func(pr *pending) {
+		if !pr.done.Load() {
 			// Send the replies already written before waiting on one that is
 			// not: they must not wait for a later request's Redis call.
 			if !broken && bw != nil && flush() != nil {
 				broken = true
 				c.close()
 			}
-			for !sl.done.Load() {
+			for !pr.done.Load() {
 				<-c.wake
 			}
 		}
 		if broken {
-			freeSlot(sl)
+			freePending(pr)
 			c.unwritten.Add(-1)
 			return // keep draining so the reader is never blocked on the queue
 		}
@@ -470,8 +470,8 @@ func (c *conn) writeLoop() {
 			bw = writeBufs.Get().(*bufio.Writer)
 			bw.Reset(c.nc)
 		}
-		_, err := bw.Write(sl.out)
-		freeSlot(sl)
+		_, err := bw.Write(pr.out)
+		freePending(pr)
 		held++
 		if err == nil && len(c.queue) == 0 {
 			err = flush()
@@ -484,17 +484,17 @@ func (c *conn) writeLoop() {
 		}
 	}
 	for {
-		var sl *slot
+		var pr *pending
 		open := true
 		select {
-		case sl, open = <-c.queue:
+		case pr, open = <-c.queue:
 		default:
 			if !broken && bw != nil && flush() != nil {
 				broken = true
 				c.close()
 			}
 			select {
-			case sl, open = <-c.queue:
+			case pr, open = <-c.queue:
 			case <-c.kick: // a head's reply that did not fit on the socket
 			}
 		}
@@ -504,8 +504,8 @@ func (c *conn) writeLoop() {
 				write(h)
 			}
 		}
-		if sl != nil {
-			write(sl)
+		if pr != nil {
+			write(pr)
 		}
 		if !open {
 			break // the reader closed the queue: it is done

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 	"quotad/policy"
 	"quotad/protocol"
@@ -157,7 +158,7 @@ func TestShutdownDrainsInflightRequests(t *testing.T) {
 		t.Fatalf("Conns() = %d after Shutdown, want 0", n)
 	}
 	// The takes answered SHUTTING_DOWN were not run.
-	p, err := luascript.FixedWindowPeek(t.Context(), r.Client(t), luascript.PeekArgs{
+	p, err := luascript.Peek(t.Context(), r.Client(t), limits.FixedWindow, luascript.Args{
 		Key: luascript.FixedWindowKey(testPrefix, "", "drain"), Limit: 10, WindowMS: 60000, Strict: true,
 	})
 	if err != nil || p.Used != 2 {
@@ -297,7 +298,7 @@ func TestBackpressureBoundsAClientThatDoesNotRead(t *testing.T) {
 	if err := <-wrote; err != nil {
 		t.Fatalf("writing the rest of the burst: %v", err)
 	}
-	p, err := luascript.FixedWindowPeek(t.Context(), r.Client(t), luascript.PeekArgs{
+	p, err := luascript.Peek(t.Context(), r.Client(t), limits.FixedWindow, luascript.Args{
 		Key: luascript.FixedWindowKey(testPrefix, "", "bp"), Limit: 1_000_000_000, WindowMS: 600000, Strict: true,
 	})
 	if err != nil || p.Used != n {

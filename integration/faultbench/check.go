@@ -37,8 +37,8 @@ func (e *env) check(ctx context.Context, l *load, takes []take) ([]string, error
 	send := func(tk *take) (protocol.Reply, error) {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			raw, err := c.Do(ctx, l.line(tk.subject, tk.rid))
+			callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			raw, err := c.Do(callCtx, l.line(tk.subject, tk.rid))
 			cancel()
 			if err != nil {
 				return protocol.Reply{}, err

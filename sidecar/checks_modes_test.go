@@ -56,7 +56,7 @@ func metric(t *testing.T, ts *testServer, policy, result string) float64 {
 // shadow_allowed, it consumes when it accepts, and the take goes on
 // without it when it would deny. An enforced check's denial denies the
 // shadow one too: nothing is consumed.
-func TestMultiTakeShadowCheckNeverDenies(t *testing.T) {
+func TestTakeOfChecksShadowCheckNeverDenies(t *testing.T) {
 	ts, c, r, _ := multiModesServer(t)
 	take := `{"op":"take","checks":[{"policy":"user","subject":"u"},{"policy":"trial","subject":"u"}]}`
 	got := c.call(take)
@@ -88,7 +88,7 @@ func TestMultiTakeShadowCheckNeverDenies(t *testing.T) {
 // A check that accepted in a take another check denied counts as
 // unapplied; the local denial then answers the next take from memory,
 // skipping the checks it does not need to ask.
-func TestMultiTakeLocalDenialAndMetricsPerCheck(t *testing.T) {
+func TestTakeOfChecksLocalDenialAndMetricsPerCheck(t *testing.T) {
 	ts, c, r, _ := multiModesServer(t)
 	for range 2 {
 		c.call(`{"op":"take","policy":"user","subject":"full"}`)
@@ -128,7 +128,7 @@ func TestMultiTakeLocalDenialAndMetricsPerCheck(t *testing.T) {
 
 // When Redis cannot decide, the take is degraded only if every check's
 // policy answers for it; a deny among them denies.
-func TestMultiTakeOnUnavailableOfEveryCheck(t *testing.T) {
+func TestTakeOfChecksOnUnavailableOfEveryCheck(t *testing.T) {
 	_, c, r, st := multiModesServer(t)
 	r.Stop(t)
 	waitFor(t, "the breaker to open", func() bool { return !st.up() })

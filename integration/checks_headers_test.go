@@ -22,7 +22,7 @@ type multiMember struct {
 // member of RateLimit-Policy and RateLimit, in order, as a third-party
 // Structured Field parser reads them, with each check's numbers; a
 // skipped check is in RateLimit-Policy only.
-func TestMultiTakeHeadersParsedByStructuredHeaders(t *testing.T) {
+func TestTakeOfChecksHeadersParsedByStructuredHeaders(t *testing.T) {
 	t.Parallel()
 	parser := npmCached(t, "structured-headers", structuredHeadersVersion)
 	node := lookPath(t, "node")

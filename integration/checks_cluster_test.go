@@ -20,7 +20,7 @@ import (
 // admits more than its limit, and each budget holds exactly what the
 // accepted takes consumed. A take whose keys are in several slots is
 // refused before anything is sent.
-func TestMultiTakeOnACluster(t *testing.T) {
+func TestTakeOfChecksOnACluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	p := launchSidecar(t, socketPath(t), c.URL())
 	p.waitReady(t)
@@ -139,7 +139,7 @@ func subjectsOnMasters(t *testing.T, c *redistest.Cluster, n int, key func(subje
 // took: 50 callers on checks spread over three masters never over-admit,
 // and each budget holds exactly what the accepted takes consumed, though
 // every denied take had taken the user's step first.
-func TestMultiTakeStepsOnACluster(t *testing.T) {
+func TestTakeOfChecksStepsOnACluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	p := launchSidecar(t, socketPath(t), c.URL())
 	p.waitReady(t)
@@ -227,7 +227,7 @@ func TestMultiTakeStepsOnACluster(t *testing.T) {
 // cost taken, for no longer than that check's window; a retry with the
 // same request_id on a new sidecar replays it and completes the take,
 // counting each check once.
-func TestMultiTakeStepsSidecarKilledBetweenSteps(t *testing.T) {
+func TestTakeOfChecksStepsSidecarKilledBetweenSteps(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	p := launchSidecar(t, socketPath(t), c.URL(), "--redis-timeout", "30s")
 	p.waitReady(t)

@@ -1,4 +1,4 @@
--- The redis the take bodies of multitake.lua see. multitake.go joins this
+-- The redis the take bodies of take_checks.lua see. takechecks.go joins this
 -- text before the prelude, so that the prelude's helpers (fail, redis_now)
 -- and every body name this local redis, not Redis's own: it sends every
 -- command on to Redis's redis, with three differences.

@@ -76,7 +76,7 @@ func userTenant(id string, tenantCost int) string {
 		`{"subject":"g","algorithm":"sliding_window","limit":100,"window_ms":60000}]}`
 }
 
-func TestMultiTakeThroughTheSocket(t *testing.T) {
+func TestTakeOfChecksThroughTheSocket(t *testing.T) {
 	c, r := multiServer(t, multiPolicies)
 
 	raw := c.callRaw(userTenant("a", 2))
@@ -146,7 +146,7 @@ func TestMultiTakeThroughTheSocket(t *testing.T) {
 // them is a take of several: a pipelined take of one limit behind a take
 // of checks that exhausts it is denied, and the next take of checks waits
 // for both.
-func TestMultiTakeKeepsSameKeyOrder(t *testing.T) {
+func TestTakeOfChecksKeepsSameKeyOrder(t *testing.T) {
 	c, _ := multiServer(t, "policies:\n  one:\n    limit: 1\n    window: 1m\n  two:\n    limit: 2\n    window: 1m\n")
 	for round := range 20 {
 		s := "s" + strconv.Itoa(round)
@@ -166,7 +166,7 @@ func TestMultiTakeKeepsSameKeyOrder(t *testing.T) {
 // 50 callers on their own connections take overlapping checks at once: no
 // budget admits more than its limit, and each budget's use is what the
 // accepted takes that name it consumed, so no denied take left a trace.
-func TestMultiTakeFiftyCallersNeverOverAdmit(t *testing.T) {
+func TestTakeOfChecksFiftyCallersNeverOverAdmit(t *testing.T) {
 	r := redistest.Start(t)
 	cfg, err := policy.ParseConfig([]byte("policies:\n  per-user:\n    limit: 4\n    window: 1m\n  per-tenant:\n    limit: 30\n    window: 1m\n  global:\n    algorithm: token_bucket\n    rate: 1\n    period: 1h\n    burst: 60\n"))
 	if err != nil {

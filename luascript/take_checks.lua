@@ -1,6 +1,6 @@
--- One take of several limits, all or nothing. multitake.go joins, in this
+-- One take of several limits, all or nothing. takechecks.go joins, in this
 -- order: the prelude, as to every script; then, as this script's body,
--- MAX_CHECKS, multitake_redis.lua (the redis every take body below sees),
+-- MAX_CHECKS, take_checks_redis.lua (the redis every take body below sees),
 -- the prelude's helpers again (bound to that redis), each take body
 -- (fixed_window_take.lua, ...) unchanged as a local function of (KEYS,
 -- ARGV) in BODIES, then this text. The body is whole by itself, as every
@@ -10,7 +10,7 @@
 -- ARGV[1]   n            canonical decimal, 1..MAX_CHECKS: checks
 -- ARGV[2]   request_id   "" for none, else 1..MAX_REQUEST_ID_BYTES of [A-Za-z0-9_-]
 -- ARGV[3]   digest       "" without a request id, else 16 hex digits: the
---                        set of checks and their costs (Go's MultiDigest)
+--                        set of checks and their costs (Go's ChecksDigest)
 -- then for each check, in order:
 --           body         the take body's name: fixed_window_take, ...
 --           shadow       "1": its denial does not deny the take
@@ -62,42 +62,7 @@
 -- HSET was made; after it, nothing is refused. So a full Redis leaves every
 -- key as it was (but for restored TTLs) or the whole take applied.
 
-local n = dec(ARGV[1], 1, MAX_CHECKS)
-if not n then
-  return fail('INVALID', 'want 1..' .. MAX_CHECKS .. ' checks')
-end
-local id, digest = ARGV[2], ARGV[3]
-if id ~= '' and (#id > MAX_REQUEST_ID_BYTES or not string.find(id, REQUEST_ID)) then
-  return fail('INVALID', REQUEST_ID_RULE)
-end
-if (id == '') ~= (digest == '') or digest ~= '' and not string.find(digest, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$') then
-  return fail('INVALID', 'digest must be 16 hex digits with a request id, empty without')
-end
-
-local checks, a, k = {}, 4, 1
-for i = 1, n do
-  local body, shadow = BODIES[ARGV[a]], ARGV[a + 1]
-  local nkeys, nargs = dec(ARGV[a + 2], 1, 3), dec(ARGV[a + 3], 1, 16)
-  if not body or (shadow ~= '0' and shadow ~= '1') or not nkeys or not nargs
-      or k + nkeys - 1 > #KEYS or a + 3 + nargs > #ARGV then
-    return fail('INVALID', 'check ' .. i .. ': want body, shadow, nkeys, nargs and its arguments')
-  end
-  local ck, ca = {}, {}
-  for j = 1, nkeys do
-    ck[j] = KEYS[k + j - 1]
-  end
-  for j = 1, nargs do
-    ca[j] = ARGV[a + 3 + j]
-  end
-  if ca[body.id] ~= id then
-    return fail('INVALID', 'check ' .. i .. ': its request_id is not the take\'s')
-  end
-  checks[i] = {body = body, shadow = shadow == '1', keys = ck, args = ca}
-  a, k = a + 4 + nargs, k + nkeys
-end
-if a - 1 ~= #ARGV or k - 1 ~= #KEYS then
-  return fail('INVALID', 'arguments or keys left over after the checks')
-end
+--#include checks
 
 mt.id, mt.digest = id, digest
 
@@ -118,7 +83,8 @@ local function run(i, c)
     end
     return nil, fail(code, 'check ' .. i .. ': ' .. msg)
   end
-  if r[1] == 1 and r[c.body.replay] == 1 and mt.found and mt.found ~= digest then
+  -- Every take replies {allowed, replay, ...} (ParseTake).
+  if r[1] == 1 and r[2] == 1 and mt.found and mt.found ~= digest then
     return nil, fail('CONFLICT', 'check ' .. i ..
       ': request id was accepted by a take of another set of checks or costs')
   end

@@ -14,73 +14,73 @@ import (
 	"quotad/luascript"
 )
 
-// multiEnv builds checks of every algorithm on fresh keys of e.
-type multiCheck struct {
+// checksEnv builds checks of every algorithm on fresh keys of e.
+type takeCheck struct {
 	call  luascript.Call
 	keys  []string // every key the check may write
 	parse func(rueidis.RedisResult) (allowed, replay bool, err error)
 }
 
-func (e *env) fwCheck(t *testing.T, subject string, limit, cost int64, id string) multiCheck {
+func (e *env) fwCheck(t *testing.T, subject string, limit, cost int64, id string) takeCheck {
 	t.Helper()
 	k := e.key(subject)
-	c, err := luascript.TakeCall(luascript.TakeArgs{Key: k, Limit: limit, WindowMS: 60_000, Cost: cost, RequestID: id, MaxRequestIDs: 100})
+	c, err := luascript.TakeCall(limits.FixedWindow, luascript.Args{Key: k, Limit: limit, WindowMS: 60_000, Cost: cost, RequestID: id, MaxRequestIDs: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return multiCheck{call: c, keys: []string{k}, parse: func(res rueidis.RedisResult) (bool, bool, error) {
+	return takeCheck{call: c, keys: []string{k}, parse: func(res rueidis.RedisResult) (bool, bool, error) {
 		r, err := luascript.ParseTake(res)
 		return r.Allowed, r.Replay, err
 	}}
 }
 
-func (e *env) tbCheck(t *testing.T, subject string, burst, cost int64, id string) multiCheck {
+func (e *env) tbCheck(t *testing.T, subject string, burst, cost int64, id string) takeCheck {
 	t.Helper()
 	k := luascript.TokenBucketKey(e.prefix, "pol", subject)
-	c, err := luascript.TokenBucketTakeCall(luascript.TokenBucketArgs{Key: k,
+	c, err := luascript.TakeCall(limits.TokenBucket, luascript.Args{Key: k,
 		TokenBucket: luascript.TokenBucket{Rate: 1, PeriodMS: 3_600_000, Burst: burst},
 		Cost:        cost, RequestID: id, DedupeMS: 60_000, MaxRequestIDs: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return multiCheck{call: c, keys: []string{k}, parse: func(res rueidis.RedisResult) (bool, bool, error) {
-		r, err := luascript.ParseTokenBucketTake(res)
+	return takeCheck{call: c, keys: []string{k}, parse: func(res rueidis.RedisResult) (bool, bool, error) {
+		r, err := luascript.ParseTake(res)
 		return r.Allowed, r.Replay, err
 	}}
 }
 
-func (e *env) swCheck(t *testing.T, subject string, limit, cost int64, id string) multiCheck {
+func (e *env) swCheck(t *testing.T, subject string, limit, cost int64, id string) takeCheck {
 	t.Helper()
 	k := luascript.SlidingWindowKey(e.prefix, "pol", subject)
-	c, err := luascript.SlidingWindowTakeCall(luascript.SlidingWindowArgs{Key: k, Limit: limit, WindowMS: 3_600_000, Cost: cost, RequestID: id, MaxRequestIDs: 100})
+	c, err := luascript.TakeCall(limits.SlidingWindow, luascript.Args{Key: k, Limit: limit, WindowMS: 3_600_000, Cost: cost, RequestID: id, MaxRequestIDs: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return multiCheck{call: c, keys: []string{k}, parse: func(res rueidis.RedisResult) (bool, bool, error) {
-		r, err := luascript.ParseSlidingWindowTake(res)
+	return takeCheck{call: c, keys: []string{k}, parse: func(res rueidis.RedisResult) (bool, bool, error) {
+		r, err := luascript.ParseTake(res)
 		return r.Allowed, r.Replay, err
 	}}
 }
 
-func (e *env) ccCheck(t *testing.T, subject string, limit int64, id string) multiCheck {
+func (e *env) ccCheck(t *testing.T, subject string, limit int64, id string) takeCheck {
 	t.Helper()
 	k := luascript.ConcurrencyKey(e.prefix, "pol", subject)
-	c, err := luascript.ConcurrencyTakeCall(luascript.LeaseArgs{Key: k, Leases: luascript.Leases{Limit: limit, LeaseMS: 60_000}, RequestID: id})
+	c, err := luascript.TakeCall(limits.Concurrency, luascript.Args{Key: k, Limit: limit, LeaseMS: 60_000, RequestID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return multiCheck{call: c, keys: []string{k}, parse: func(res rueidis.RedisResult) (bool, bool, error) {
-		r, err := luascript.ParseConcurrencyTake(res)
+	return takeCheck{call: c, keys: []string{k}, parse: func(res rueidis.RedisResult) (bool, bool, error) {
+		r, err := luascript.ParseTake(res)
 		return r.Allowed, r.Replay, err
 	}}
 }
 
-func (e *env) calCheck(t *testing.T, subject string, limit, cost int64, id string) multiCheck {
+func (e *env) calCheck(t *testing.T, subject string, limit, cost int64, id string) takeCheck {
 	t.Helper()
 	cw := limits.CalendarWindow{Limit: limit, Period: limits.PeriodDay, TimeZone: "UTC", WeekStart: limits.DefaultWeekStart}
 	k := luascript.CalendarKey(e.prefix, "pol", subject)
 	p := luascript.CalendarAround(cw, 0, time.Now())
-	c, err := luascript.CalendarTakeCall(luascript.CalendarArgs{Key: k, Spec: cw.Spec(), Limit: limit, Periods: p, Cost: cost, RequestID: id, MaxRequestIDs: 100})
+	c, err := luascript.TakeCall(limits.Calendar, luascript.Args{Key: k, Spec: cw.Spec(), Limit: limit, Periods: p, Cost: cost, RequestID: id, MaxRequestIDs: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,13 +88,13 @@ func (e *env) calCheck(t *testing.T, subject string, limit, cost int64, id strin
 	for _, s := range p.Starts {
 		keys = append(keys, luascript.CalendarPeriodKey(k, s))
 	}
-	return multiCheck{call: c, keys: keys, parse: func(res rueidis.RedisResult) (bool, bool, error) {
-		r, err := luascript.ParseCalendarTake(res)
+	return takeCheck{call: c, keys: keys, parse: func(res rueidis.RedisResult) (bool, bool, error) {
+		r, err := luascript.ParseTake(res)
 		return r.Allowed, r.Replay, err
 	}}
 }
 
-func digestOf(id string, checks []multiCheck) string {
+func digestOf(id string, checks []takeCheck) string {
 	if id == "" {
 		return ""
 	}
@@ -102,29 +102,29 @@ func digestOf(id string, checks []multiCheck) string {
 	for _, c := range checks {
 		parts = append(parts, c.call.Key())
 	}
-	return luascript.MultiDigest(parts)
+	return luascript.ChecksDigest(parts)
 }
 
-func (e *env) multi(t *testing.T, id string, checks ...multiCheck) (luascript.MultiTakeResult, error) {
+func (e *env) takeChecks(t *testing.T, id string, checks ...takeCheck) (luascript.ChecksResult, error) {
 	t.Helper()
-	return e.multiDigest(t, id, digestOf(id, checks), checks...)
+	return e.checksDigest(t, id, digestOf(id, checks), checks...)
 }
 
-func (e *env) multiDigest(t *testing.T, id, digest string, checks ...multiCheck) (luascript.MultiTakeResult, error) {
+func (e *env) checksDigest(t *testing.T, id, digest string, checks ...takeCheck) (luascript.ChecksResult, error) {
 	t.Helper()
-	mc := make([]luascript.MultiCheck, len(checks))
+	mc := make([]luascript.TakeCheck, len(checks))
 	for i, c := range checks {
-		mc[i] = luascript.MultiCheck{Call: c.call}
+		mc[i] = luascript.TakeCheck{Call: c.call}
 	}
-	call, err := luascript.MultiTakeCall(mc, id, digest)
+	call, err := luascript.TakeChecksCall(mc, id, digest)
 	if err != nil {
-		return luascript.MultiTakeResult{}, err
+		return luascript.ChecksResult{}, err
 	}
-	return luascript.ParseMultiTake(call.Exec(t.Context(), e.c), len(checks))
+	return luascript.ParseTakeChecks(call.Exec(t.Context(), e.c), len(checks))
 }
 
 // state is every key of checks: its hash and whether it has a TTL.
-func (e *env) state(checks []multiCheck) map[string]map[string]string {
+func (e *env) state(checks []takeCheck) map[string]map[string]string {
 	s := map[string]map[string]string{}
 	for _, c := range checks {
 		for _, k := range c.keys {
@@ -141,7 +141,7 @@ func sameState(t *testing.T, what string, got, want map[string]map[string]string
 	}
 }
 
-func verdicts(t *testing.T, r luascript.MultiTakeResult, checks []multiCheck) (allowed, replay []bool) {
+func verdicts(t *testing.T, r luascript.ChecksResult, checks []takeCheck) (allowed, replay []bool) {
 	t.Helper()
 	for i, c := range checks {
 		a, p, err := c.parse(r.Checks[i])
@@ -155,16 +155,16 @@ func verdicts(t *testing.T, r luascript.MultiTakeResult, checks []multiCheck) (a
 
 // Every algorithm in one take: all consume together, a denial of one
 // leaves every key as it was, and the request id replays them all.
-func TestMultiTakeEveryAlgorithmAllOrNothing(t *testing.T) {
+func TestTakeOfChecksEveryAlgorithmAllOrNothing(t *testing.T) {
 	e := setup(t)
-	mk := func(id string, fwCost int64) []multiCheck {
-		return []multiCheck{
+	mk := func(id string, fwCost int64) []takeCheck {
+		return []takeCheck{
 			e.fwCheck(t, "u", 3, fwCost, id), e.tbCheck(t, "u", 5, 1, id), e.swCheck(t, "u", 5, 1, id),
 			e.ccCheck(t, "u", 5, id), e.calCheck(t, "u", 5, 1, id),
 		}
 	}
 	checks := mk("a", 2)
-	r, err := e.multi(t, "a", checks...)
+	r, err := e.takeChecks(t, "a", checks...)
 	if err != nil || !r.Applied {
 		t.Fatalf("first take = %+v, %v; want applied", r, err)
 	}
@@ -183,7 +183,7 @@ func TestMultiTakeEveryAlgorithmAllOrNothing(t *testing.T) {
 	before := e.state(checks)
 	// Cost 2 on the fixed window no longer fits: nothing is written anywhere.
 	denied := mk("b", 2)
-	r, err = e.multi(t, "b", denied...)
+	r, err = e.takeChecks(t, "b", denied...)
 	if err != nil || r.Applied {
 		t.Fatalf("take past the fixed window = %+v, %v; want not applied", r, err)
 	}
@@ -194,7 +194,7 @@ func TestMultiTakeEveryAlgorithmAllOrNothing(t *testing.T) {
 	sameState(t, "after a denied take", e.state(checks), before)
 
 	// The same request id replays every check and writes nothing.
-	r, err = e.multi(t, "a", mk("a", 2)...)
+	r, err = e.takeChecks(t, "a", mk("a", 2)...)
 	if err != nil || !r.Applied {
 		t.Fatalf("replay = %+v, %v", r, err)
 	}
@@ -222,60 +222,60 @@ func all(v []bool) bool {
 
 // A request id accepted with one set of checks is CONFLICT with another:
 // a subset, a superset, another cost. Nothing is written.
-func TestMultiTakeOtherSetIsConflict(t *testing.T) {
+func TestTakeOfChecksOtherSetIsConflict(t *testing.T) {
 	e := setup(t)
 	a, b, c := e.fwCheck(t, "a", 10, 1, "x"), e.tbCheck(t, "b", 10, 1, "x"), e.swCheck(t, "c", 10, 1, "x")
-	if r, err := e.multi(t, "x", a, b); err != nil || !r.Applied {
+	if r, err := e.takeChecks(t, "x", a, b); err != nil || !r.Applied {
 		t.Fatalf("take = %+v, %v", r, err)
 	}
-	before := e.state([]multiCheck{a, b, c})
-	for name, set := range map[string][]multiCheck{
+	before := e.state([]takeCheck{a, b, c})
+	for name, set := range map[string][]takeCheck{
 		"subset":   {a},
 		"superset": {a, b, c},
 		"cost":     {a, e.tbCheck(t, "b", 10, 2, "x")},
 	} {
 		digest := digestOf("x", set)
 		if name == "cost" {
-			digest = luascript.MultiDigest([]string{a.call.Key(), b.call.Key(), "cost 2"})
+			digest = luascript.ChecksDigest([]string{a.call.Key(), b.call.Key(), "cost 2"})
 		}
-		_, err := e.multiDigest(t, "x", digest, set...)
+		_, err := e.checksDigest(t, "x", digest, set...)
 		if !errors.Is(err, luascript.ErrConflict) || !strings.Contains(err.Error(), "check ") {
 			t.Fatalf("%s: %v, want CONFLICT naming the check", name, err)
 		}
 	}
-	sameState(t, "after conflicts", e.state([]multiCheck{a, b, c}), before)
+	sameState(t, "after conflicts", e.state([]takeCheck{a, b, c}), before)
 	// The same set in another order is the same take.
-	if r, err := e.multi(t, "x", b, a); err != nil || !r.Applied {
+	if r, err := e.takeChecks(t, "x", b, a); err != nil || !r.Applied {
 		t.Fatalf("same set reordered = %+v, %v", r, err)
 	}
 }
 
-func TestMultiTakeRefusesBadCalls(t *testing.T) {
+func TestTakeOfChecksRefusesBadCalls(t *testing.T) {
 	e := setup(t)
 	a := e.fwCheck(t, "a", 10, 1, "")
-	peek, err := luascript.PeekCall(luascript.PeekArgs{Key: e.key("a"), Limit: 10, WindowMS: 1000})
+	peek, err := luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: e.key("a"), Limit: 10, WindowMS: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	withID := e.fwCheck(t, "b", 10, 1, "x")
 	for name, tc := range map[string]struct {
-		checks     []luascript.MultiCheck
+		checks     []luascript.TakeCheck
 		id, digest string
 	}{
 		"none":       {nil, "", ""},
-		"too many":   {make([]luascript.MultiCheck, luascript.MaxChecks+1), "", ""},
-		"same key":   {[]luascript.MultiCheck{{Call: a.call}, {Call: e.fwCheck(t, "a", 5, 1, "").call}}, "", ""},
-		"a peek":     {[]luascript.MultiCheck{{Call: peek}}, "", ""},
-		"other id":   {[]luascript.MultiCheck{{Call: withID.call}}, "y", luascript.MultiDigest(nil)},
-		"no digest":  {[]luascript.MultiCheck{{Call: withID.call}}, "x", ""},
-		"bad digest": {[]luascript.MultiCheck{{Call: a.call}}, "", "00"},
+		"too many":   {make([]luascript.TakeCheck, luascript.MaxChecks+1), "", ""},
+		"same key":   {[]luascript.TakeCheck{{Call: a.call}, {Call: e.fwCheck(t, "a", 5, 1, "").call}}, "", ""},
+		"a peek":     {[]luascript.TakeCheck{{Call: peek}}, "", ""},
+		"other id":   {[]luascript.TakeCheck{{Call: withID.call}}, "y", luascript.ChecksDigest(nil)},
+		"no digest":  {[]luascript.TakeCheck{{Call: withID.call}}, "x", ""},
+		"bad digest": {[]luascript.TakeCheck{{Call: a.call}}, "", "00"},
 	} {
-		if _, err := luascript.MultiTakeCall(tc.checks, tc.id, tc.digest); !errors.Is(err, luascript.ErrInvalid) {
+		if _, err := luascript.TakeChecksCall(tc.checks, tc.id, tc.digest); !errors.Is(err, luascript.ErrInvalid) {
 			t.Errorf("%s: %v, want INVALID", name, err)
 		}
 	}
 	// Past Go's checks, the script refuses too, before touching Redis.
-	src := luascript.ScriptText("multitake.lua")
+	src := luascript.ScriptText("take_checks.lua")
 	for name, argv := range map[string][]string{
 		"no checks":     {"0", "", ""},
 		"unknown body":  {"1", "", "", "nope", "0", "1", "6", "10", "60000", "1", "100", "0", ""},
@@ -304,7 +304,7 @@ func TestMultiTakeRefusesBadCalls(t *testing.T) {
 // window ever admits more than its limit, and each window's use is exactly
 // what the accepted takes that name it consumed, so no denied take left a
 // unit behind anywhere.
-func TestMultiTakeConcurrentCallersNeverOverAdmit(t *testing.T) {
+func TestTakeOfChecksConcurrentCallersNeverOverAdmit(t *testing.T) {
 	e := setup(t)
 	const limit, callers, rounds = 20, 50, 4
 	subjects := []string{"x", "y", "z"}
@@ -318,8 +318,8 @@ func TestMultiTakeConcurrentCallersNeverOverAdmit(t *testing.T) {
 				i := (g + r) % 3
 				s1, s2 := subjects[i], subjects[(i+1)%3]
 				id := "c" + strconv.Itoa(g) + "-" + strconv.Itoa(r)
-				checks := []multiCheck{e.fwCheck(t, s1, limit, 1, id), e.swCheck(t, s2, limit, 2, id)}
-				res, err := e.multi(t, id, checks...)
+				checks := []takeCheck{e.fwCheck(t, s1, limit, 1, id), e.swCheck(t, s2, limit, 2, id)}
+				res, err := e.takeChecks(t, id, checks...)
 				if err != nil {
 					errs <- err
 					return
@@ -355,17 +355,17 @@ func TestMultiTakeConcurrentCallersNeverOverAdmit(t *testing.T) {
 }
 
 // Under maxmemory, the take is refused whole, or applied whole.
-func TestMultiTakeFullRedisWritesNothing(t *testing.T) {
+func TestTakeOfChecksFullRedisWritesNothing(t *testing.T) {
 	e := setup(t)
 	e.mustDo("CONFIG", "SET", "maxmemory-policy", "noeviction")
-	checks := []multiCheck{e.fwCheck(t, "a", 10, 1, ""), e.tbCheck(t, "a", 10, 1, "")}
-	if _, err := e.multi(t, "", checks...); err != nil {
+	checks := []takeCheck{e.fwCheck(t, "a", 10, 1, ""), e.tbCheck(t, "a", 10, 1, "")}
+	if _, err := e.takeChecks(t, "", checks...); err != nil {
 		t.Fatal(err)
 	}
 	before := e.state(checks)
 	e.mustDo("CONFIG", "SET", "maxmemory", "1")
 	t.Cleanup(func() { _ = e.c.Do(t.Context(), e.c.B().Arbitrary("CONFIG", "SET", "maxmemory", "0").Build()).Error() })
-	_, err := e.multi(t, "", checks...)
+	_, err := e.takeChecks(t, "", checks...)
 	if re, ok := rueidis.IsRedisErr(errors.Unwrap(err)); !ok || !strings.HasPrefix(re.Error(), "OOM") {
 		t.Fatalf("take on a full Redis: %v, want OOM", err)
 	}
@@ -374,15 +374,15 @@ func TestMultiTakeFullRedisWritesNothing(t *testing.T) {
 
 // The give back of an accepted step leaves each check's state as before
 // the take, once: a second give back finds nothing to give.
-func TestMultiGiveBackUndoesATake(t *testing.T) {
+func TestGiveBackUndoesATake(t *testing.T) {
 	e := setup(t)
-	mk := func(id string) []multiCheck {
-		return []multiCheck{
+	mk := func(id string) []takeCheck {
+		return []takeCheck{
 			e.fwCheck(t, "g", 10, 2, id), e.tbCheck(t, "g", 10, 3, id), e.swCheck(t, "g", 10, 2, id),
 			e.ccCheck(t, "g", 5, id), e.calCheck(t, "g", 10, 2, id),
 		}
 	}
-	if r, err := e.multi(t, "a", mk("a")...); err != nil || !r.Applied {
+	if r, err := e.takeChecks(t, "a", mk("a")...); err != nil || !r.Applied {
 		t.Fatalf("first take %+v, %v", r, err)
 	}
 	checks := mk("b")
@@ -404,19 +404,19 @@ func TestMultiGiveBackUndoesATake(t *testing.T) {
 		return out
 	}
 	before := pick(e.state(checks))
-	if r, err := e.multi(t, "b", checks...); err != nil || !r.Applied {
+	if r, err := e.takeChecks(t, "b", checks...); err != nil || !r.Applied {
 		t.Fatalf("second take %+v, %v", r, err)
 	}
-	mc := make([]luascript.MultiCheck, len(checks))
+	mc := make([]luascript.TakeCheck, len(checks))
 	for i, c := range checks {
-		mc[i] = luascript.MultiCheck{Call: c.call}
+		mc[i] = luascript.TakeCheck{Call: c.call}
 	}
-	call, err := luascript.MultiGiveBackCall(mc, "b", digestOf("b", checks))
+	call, err := luascript.GiveBackCall(mc, "b", digestOf("b", checks))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for round, want := range []bool{true, false} {
-		given, err := luascript.ParseMultiGiveBack(call.Exec(t.Context(), e.c), len(checks))
+		given, err := luascript.ParseGiveBack(call.Exec(t.Context(), e.c), len(checks))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -441,38 +441,38 @@ func TestMultiGiveBackUndoesATake(t *testing.T) {
 	first := mk("a")
 	mc = mc[:0]
 	for _, c := range first {
-		mc = append(mc, luascript.MultiCheck{Call: c.call})
+		mc = append(mc, luascript.TakeCheck{Call: c.call})
 	}
-	call, _ = luascript.MultiGiveBackCall(mc, "a", luascript.MultiDigest([]string{"another set"}))
-	if given, err := luascript.ParseMultiGiveBack(call.Exec(t.Context(), e.c), len(first)); err != nil || given[0] || given[1] || given[2] || given[4] {
+	call, _ = luascript.GiveBackCall(mc, "a", luascript.ChecksDigest([]string{"another set"}))
+	if given, err := luascript.ParseGiveBack(call.Exec(t.Context(), e.c), len(first)); err != nil || given[0] || given[1] || given[2] || given[4] {
 		t.Fatalf("give back under another digest: %v, %v; want nothing but the lease", given, err)
 	}
 }
 
 // Takes of several limits in one batch script call, beside a take of one:
 // each decides as it would alone.
-func TestMultiTakeInABatch(t *testing.T) {
+func TestTakeOfChecksInABatch(t *testing.T) {
 	e := setup(t)
 	var calls []luascript.Call
-	var sets [][]multiCheck
+	var sets [][]takeCheck
 	for i := range 3 {
 		id := "b" + strconv.Itoa(i)
-		set := []multiCheck{e.fwCheck(t, "x"+strconv.Itoa(i), 2, 1, id), e.swCheck(t, "shared", 2, 1, id)}
-		mc := []luascript.MultiCheck{{Call: set[0].call}, {Call: set[1].call}}
-		call, err := luascript.MultiTakeCall(mc, id, digestOf(id, set))
+		set := []takeCheck{e.fwCheck(t, "x"+strconv.Itoa(i), 2, 1, id), e.swCheck(t, "shared", 2, 1, id)}
+		mc := []luascript.TakeCheck{{Call: set[0].call}, {Call: set[1].call}}
+		call, err := luascript.TakeChecksCall(mc, id, digestOf(id, set))
 		if err != nil {
 			t.Fatal(err)
 		}
 		calls, sets = append(calls, call), append(sets, set)
 	}
-	one, err := luascript.TakeCall(args(e.key("x0"), 2, 1, ""))
+	one, err := luascript.TakeCall(limits.FixedWindow, args(e.key("x0"), 2, 1, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	calls = append(calls, one)
 	res := luascript.ExecBatch(t.Context(), e.c, calls)
 	for i, want := range []bool{true, true, false} {
-		r, err := luascript.ParseMultiTake(res[i], 2)
+		r, err := luascript.ParseTakeChecks(res[i], 2)
 		if err != nil || r.Applied != want {
 			t.Fatalf("take %d in the batch: %+v, %v; want applied %v (the shared window holds 2)", i, r, err, want)
 		}

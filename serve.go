@@ -10,12 +10,17 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"go.uber.org/zap"
 
 	"quotad/dispatch"
 	"quotad/policy"
 	"quotad/sidecar"
 	"quotad/store"
+	"quotad/tracing"
 )
+
+// traceFlushTimeout bounds the export of the last spans at exit.
+const traceFlushTimeout = 3 * time.Second
 
 func serveCommand() *cli.Command {
 	flags := []cli.Flag{
@@ -94,6 +99,21 @@ func serve(c *cli.Context) error {
 	}
 	if n := c.Int("procs"); n > 0 && (c.IsSet("procs") || os.Getenv("GOMAXPROCS") == "") {
 		runtime.GOMAXPROCS(n)
+	}
+	tp, err := tracing.Start(c.Context, tracing.Options{Version: version, Logger: log})
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		opts.Tracer = tp
+		log.Info("exporting traces", zap.String("endpoint", tp.Endpoint), zap.String("protocol", tp.Protocol))
+		defer func() {
+			// The spans of the last decisions, sent while the pod stops;
+			// a collector that does not take them does not hold it up.
+			ctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
+			defer cancel()
+			_ = tp.Shutdown(ctx)
+		}()
 	}
 	if opts.Store, err = store.OpenStore(storeOpts); err != nil {
 		return err

@@ -505,7 +505,7 @@ func TestExampleRunsAsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	p := &pod{root: root, mounts: map[string]string{}, vars: map[string]string{"status.podIP": "127.0.0.1"}, configMaps: ex.configMaps}
+	p := &pod{root: root, mounts: map[string]string{}, vars: podVars, configMaps: ex.configMaps}
 	for _, v := range spec.Volumes {
 		local := filepath.Join(root, v.Name)
 		if err := os.MkdirAll(local, 0o755); err != nil {

@@ -24,6 +24,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 
+	"quotad/integration/otlptest"
 	"quotad/integration/redistest"
 	"quotad/policy"
 	"quotad/protocol"
@@ -462,12 +463,17 @@ func TestHelmChartLintsAndRenders(t *testing.T) {
 		"--set", "example.enabled=true,pdb.enabled=true,metrics.podMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true",
 		"--set", "redis.passwordSecret.name=quotad-redis,redis.url=redis://redis.shared:6379",
 	}
+	// Traces go to a receiver of the test's, which the sidecar that
+	// runSidecar runs exports to.
+	recv := otlptest.Start(t)
+	all = append(all, "--set", "tracing.endpoint="+recv.HTTPEndpoint()+",tracing.protocol=http/protobuf")
 	runTool(t, helm, "lint", "--strict", chart)
 	runTool(t, helm, append([]string{"lint", "--strict", chart}, all...)...)
 
 	// values.schema.json refuses a misspelt or ill-typed value, which helm
 	// would otherwise ignore.
-	for _, bad := range []string{"maxConn=5", "logDecisions=some", "redis.url=redis.local:6379"} {
+	for _, bad := range []string{"maxConn=5", "logDecisions=some", "redis.url=redis.local:6379", "tracing.protocol=udp",
+		"tracing.endpoint=collector:4317", "tracing.sampler=sometimes"} {
 		cmd := exec.Command(helm, "template", "quotad", chart, "--kube-version", kubeVersion, "--set", bad)
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "schema") {
@@ -491,6 +497,24 @@ func TestHelmChartLintsAndRenders(t *testing.T) {
 	checkDoctor(t, "helm", q, r)
 	checkSelects(t, "helm", d, q, r)
 	runSidecar(t, "helm example", &d.Spec.Template.Spec, q, r)
+	// The take's span left as the sidecar stopped, named by the pod.
+	recv.WaitFor(t, "the take's span with the pod's resource attributes", waitTimeout, func(spans []otlptest.Span) bool {
+		for _, s := range spans {
+			if s.Name == "take" && s.TraceID == renderTraceID && s.Resource["k8s.pod.name"] == podVars["metadata.name"] &&
+				s.Resource["k8s.namespace.name"] == podVars["metadata.namespace"] && s.Resource["k8s.node.name"] == podVars["spec.nodeName"] &&
+				s.Resource["k8s.pod.uid"] == podVars["metadata.uid"] && s.Resource["k8s.container.name"] == "quotad" &&
+				s.Resource["service.name"] == "quotad" {
+				return true
+			}
+		}
+		return false
+	})
+	// Without an endpoint, no OTEL_ variable: tracing is off.
+	for _, e := range checkSidecarPod(t, "helm without tracing", &helmTemplate(t, "--set", "example.enabled=true").deployments["quotad-example"].Spec.Template.Spec, def).Env {
+		if strings.HasPrefix(e.Name, "OTEL_") {
+			t.Errorf("helm without tracing.endpoint sets %s", e.Name)
+		}
+	}
 	if p := env(q, "QUOTAD_REDIS_PASSWORD"); p == nil || p.ValueFrom.SecretKeyRef.Name != "quotad-redis" {
 		t.Errorf("redis.passwordSecret.name: QUOTAD_REDIS_PASSWORD is %+v", p)
 	}
@@ -788,6 +812,18 @@ func checkQueries(t *testing.T, metrics map[string]map[string]bool) {
 	}
 }
 
+// podVars are the downward API's fields of a pod the tests run.
+var podVars = map[string]string{
+	"status.podIP": "127.0.0.1", "metadata.name": "quotad-example-7c9f", "metadata.namespace": "shop",
+	"metadata.uid": "0d1e2f3a-4b5c-6d7e-8f90-a1b2c3d4e5f6", "spec.nodeName": "node-1",
+}
+
+// renderTraceParent is the trace context of runSidecar's take.
+const (
+	renderTraceID     = "5bf92f3577b34da6a3ce929d0e0e4736"
+	renderTraceParent = "00-" + renderTraceID + "-00f067aa0ba902b7-01"
+)
+
 // runSidecar runs a rendered pod's quotad container as the manifest says
 // (volumes as directories, ConfigMaps as files, env resolved) against a
 // real Redis: its probes pass, the socket has the mode it asks for, and a
@@ -801,7 +837,7 @@ func runSidecar(t *testing.T, where string, spec *corev1.PodSpec, q *corev1.Cont
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	p := &pod{root: root, mounts: map[string]string{}, vars: map[string]string{"status.podIP": "127.0.0.1"}, configMaps: r.configMaps}
+	p := &pod{root: root, mounts: map[string]string{}, vars: podVars, configMaps: r.configMaps}
 	for _, v := range spec.Volumes {
 		local := filepath.Join(root, v.Name)
 		if err := os.MkdirAll(local, 0o755); err != nil {
@@ -879,7 +915,7 @@ func runSidecar(t *testing.T, where string, spec *corev1.PodSpec, q *corev1.Cont
 	if err != nil {
 		t.Fatalf("%s: %v", where, err)
 	}
-	reply, raw, err := c.Call(ctx, map[string]any{"op": "take", "subject": "render-test", "policy": names[0]})
+	reply, raw, err := c.Call(ctx, map[string]any{"op": "take", "subject": "render-test", "policy": names[0], "traceparent": renderTraceParent})
 	c.Close()
 	if err != nil || !reply.OK || !reply.Allowed || reply.Used != 1 {
 		t.Fatalf("%s: take of policy %s: %s %v; want allowed, used 1", where, names[0], raw, err)

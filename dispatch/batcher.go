@@ -120,11 +120,15 @@ func (b *batcher) send(batch []*Decision, calls []luascript.Call) []luascript.Ca
 	}
 	d.metrics.batchSize.Observe(float64(len(batch)))
 	client = d.metrics.instrument(client)
+	span := d.callSpan(callBatch, batch...)
 	if len(calls) == 1 {
-		d.complete(batch[0], calls[0].Exec(ctx, client))
+		res := calls[0].Exec(ctx, client)
+		d.callEnded(span, res)
+		d.complete(batch[0], res)
 		return calls
 	}
 	res := luascript.ExecBatch(ctx, client, calls)
+	d.callEnded(span, res...)
 	for i, dec := range batch {
 		d.complete(dec, res[i])
 	}

@@ -1,10 +1,15 @@
 package dispatch
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"quotad/integration/redistest"
@@ -16,6 +21,12 @@ import (
 // dominate the profile.
 func benchDispatcher(b *testing.B) *Dispatcher {
 	b.Helper()
+	return benchDispatcherTracing(b, nil)
+}
+
+// benchDispatcherTracing is benchDispatcher with a tracer (nil: none).
+func benchDispatcherTracing(b *testing.B, tp trace.TracerProvider) *Dispatcher {
+	b.Helper()
 	r := redistest.Start(b)
 	st, err := store.OpenStore(store.StoreOptions{RedisURL: r.URL(), Logger: zap.NewNop()})
 	if err != nil {
@@ -23,7 +34,7 @@ func benchDispatcher(b *testing.B) *Dispatcher {
 	}
 	b.Cleanup(st.Close)
 	waitFor(b, "the store to reach redis", st.Up)
-	d := New(Options{Store: st, AllowInline: true, Logger: zap.NewNop()})
+	d := New(Options{Store: st, AllowInline: true, Logger: zap.NewNop(), Tracer: tp})
 	b.Cleanup(d.Close)
 	return d
 }
@@ -40,7 +51,25 @@ func decideSync(d *Dispatcher, req *protocol.Request, dec *Decision, done chan s
 // resolve, the local-deny check, the batched script call and the outcome,
 // from parallel goroutines as the connections run them.
 func BenchmarkDecideTake(b *testing.B) {
-	d := benchDispatcher(b)
+	benchDecideTake(b, benchDispatcher(b))
+}
+
+// BenchmarkDecideTakeTraced is BenchmarkDecideTake with tracing on, the
+// spans of the decisions sampled at a ratio going through the SDK's
+// batch processor to an exporter that drops them: what tracing costs
+// quotad, without a collector's share.
+func BenchmarkDecideTakeTraced(b *testing.B) {
+	for _, ratio := range []float64{0.01, 1} {
+		b.Run(fmt.Sprintf("sampled=%v%%", ratio*100), func(b *testing.B) {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()),
+				sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))))
+			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			benchDecideTake(b, benchDispatcherTracing(b, tp))
+		})
+	}
+}
+
+func benchDecideTake(b *testing.B, d *Dispatcher) {
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

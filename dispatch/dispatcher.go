@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"quotad/limits"
@@ -38,6 +39,9 @@ type Options struct {
 	// Draining reports whether the sidecar is shutting down, so that a
 	// call its cancellation ended answers SHUTTING_DOWN.
 	Draining func() bool
+	// Tracer makes a span of every decision and script call (trace.go);
+	// nil for none.
+	Tracer trace.TracerProvider
 }
 
 // Dispatcher decides requests: it resolves a request's limits (a named
@@ -52,6 +56,7 @@ type Dispatcher struct {
 	batch   batcher
 	metrics *metrics
 	healed  atomic.Int64
+	tracer  trace.Tracer // nil when tracing is off
 }
 
 // New returns a dispatcher; Close stops it.
@@ -78,6 +83,9 @@ func New(opts Options) *Dispatcher {
 		deny:  newLocalDeny(DefaultLocalDenyEntries),
 	}
 	d.cfg.Store(opts.Config)
+	if opts.Tracer != nil {
+		d.tracer = opts.Tracer.Tracer(tracerName)
+	}
 	d.metrics = newMetrics(d, opts)
 	d.batch.start(d)
 	return d
@@ -136,6 +144,8 @@ type Decision struct {
 	queued    time.Time // when Run began: the Redis deadline counts from here
 	// trip is the timing of the decision's latest script call (route.go).
 	trip trip
+	// span is the decision's span, nil when tracing is off (trace.go).
+	span trace.Span
 }
 
 // check is one limit a decision is decided against.
@@ -179,6 +189,9 @@ func (dec *Decision) AppendKeys(dst []string) []string {
 // called.
 func (d *Dispatcher) Prepare(req *protocol.Request, dec *Decision) (key string, decided bool) {
 	*dec = Decision{Done: dec.Done, req: req, start: time.Now(), Out: Outcome{Op: req.Op, Headers: req.Headers}}
+	if d.tracer != nil {
+		d.startSpan(dec)
+	}
 	d.metrics.inflight.Inc()
 	dec.cfg = d.cfg.Load()
 	if n := len(req.Checks); n > 0 {
@@ -317,8 +330,8 @@ func (d *Dispatcher) read(dec *Decision, idx []int, res rueidis.RedisResult) (ac
 		c.sent = dec.trip.sent
 		err := parseReply(c.req.Op, &c.limit, replies[j], o)
 		if le, ok := err.(*luascript.Error); o.Healed || ok && le.Healed {
-			d.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, c.limit.Policy),
-				zap.String(keyKey, c.key), zap.Int64(keyHealedTotal, d.healed.Add(1)))
+			d.log.Warn("restored the TTL of a quota key that had none", append([]zap.Field{zap.String(keyPolicy, c.limit.Policy),
+				zap.String(keyKey, c.key), zap.Int64(keyHealedTotal, d.healed.Add(1))}, dec.traceLog()...)...)
 		}
 		if err != nil {
 			return false, dec.checkErr(i, err)
@@ -358,5 +371,8 @@ func (d *Dispatcher) finish(dec *Decision) {
 		d.deny.forget(dec.key())
 	}
 	d.metrics.observe(dec)
+	if dec.span != nil {
+		d.endSpan(dec)
+	}
 	dec.Done()
 }

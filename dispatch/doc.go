@@ -38,6 +38,10 @@
 //   - finish counts the decision (metrics.go: one series per check) and
 //     logs it; the reply's header fields have one member per check
 //     (headers.go).
+//   - With a tracer, the decision is a span from Prepare to finish, a
+//     child of the request's trace context, and each script call that
+//     carries it a span too (trace.go); its log lines and latency
+//     exemplar name its trace.
 //
 // A lone check's Outcome is the decision's Outcome itself (Outcome.check),
 // so a request without "checks" gets the reply of a take of one limit; a

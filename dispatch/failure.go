@@ -128,11 +128,12 @@ func (d *Dispatcher) fair(t *trip) bool {
 	return !t.own && t.deadline.Sub(t.sent) >= d.opts.RedisTimeout/2
 }
 
-// fail makes o the error answer to err.
-func (d *Dispatcher) fail(o *Outcome, err error) {
+// fail makes o the error answer to err; its error log line, if any, has
+// the fields trace too.
+func (d *Dispatcher) fail(o *Outcome, err error, trace ...zap.Field) {
 	f := d.classify(err, nil)
 	if f.logged != "" {
-		d.log.Error(f.logged, zap.Error(err), zap.Stringer(keyOp, o.Op))
+		d.log.Error(f.logged, append([]zap.Field{zap.Error(err), zap.Stringer(keyOp, o.Op)}, trace...)...)
 	}
 	msg := f.message
 	if f.unknown && (o.Op == protocol.OpTake || o.Op == protocol.OpSettle) {
@@ -156,7 +157,7 @@ func (d *Dispatcher) end(dec *Decision, err error) {
 // decides the policies' modes.
 func (d *Dispatcher) undecided(dec *Decision, err error) {
 	o := &dec.Out
-	d.fail(o, err)
+	d.fail(o, err, dec.traceLog()...)
 	if o.Op != protocol.OpTake || o.Code != protocol.CodeUnavailable {
 		return
 	}

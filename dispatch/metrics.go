@@ -181,7 +181,7 @@ func (m *metrics) observe(dec *Decision) {
 	o := &dec.Out
 	op := o.Op.String()
 	result := o.Result()
-	m.durationOf.get(op).Observe(elapsed.Seconds())
+	observeLatency(m.durationOf.get(op), dec, elapsed.Seconds())
 	m.requestsOf.get([2]string{op, result}).Inc()
 	if o.Op != protocol.OpTake {
 		return
@@ -215,7 +215,7 @@ func (m *metrics) observeCheck(dec *Decision, i int, elapsed time.Duration) {
 	if m.decisionLog == nil || !m.logAll && !o.Denied() {
 		return
 	}
-	fields := make([]zap.Field, 0, 13)
+	fields := make([]zap.Field, 0, 15)
 	fields = append(fields, zap.String(keyOp, o.Op.String()))
 	if dec.listed() {
 		fields = append(fields, zap.Int(keyCheck, i+1))
@@ -237,6 +237,7 @@ func (m *metrics) observeCheck(dec *Decision, i int, elapsed time.Duration) {
 		fields = append(fields, zap.Bool(keyLocal, true))
 	}
 	fields = append(fields, zap.Int64(keyLatencyUS, elapsed.Microseconds()))
+	fields = append(fields, dec.traceLog()...)
 	m.decisionLog.Info("decision", fields...)
 }
 

@@ -121,9 +121,13 @@ func (d *Dispatcher) alone(dec *Decision, r route) {
 	}
 	ctx, cancel := d.depart(dec, dec.queued)
 	defer cancel()
+	span := d.callSpan(callAlone, dec)
+	var res rueidis.RedisResult
 	if r == routeOneNode {
-		d.complete(dec, dec.call.ExecOnOneNode(ctx, client))
-		return
+		res = dec.call.ExecOnOneNode(ctx, client)
+	} else {
+		res = dec.call.Exec(ctx, client)
 	}
-	d.complete(dec, dec.call.Exec(ctx, client))
+	d.callEnded(span, res)
+	d.complete(dec, res)
 }

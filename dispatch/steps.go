@@ -102,7 +102,10 @@ func (d *Dispatcher) step(dec *Decision, client rueidis.Client, g []int) (bool, 
 	}
 	ctx, cancel := d.depart(dec, time.Now())
 	defer cancel()
-	ok, err := d.read(dec, g, call.Exec(ctx, client))
+	span := d.callSpan(callStep, dec)
+	res := call.Exec(ctx, client)
+	d.callEnded(span, res)
+	ok, err := d.read(dec, g, res)
 	d.observe(key, err, &dec.trip)
 	return ok, err
 }
@@ -128,13 +131,17 @@ func (d *Dispatcher) giveBack(client rueidis.Client, dec *Decision, groups [][]i
 			// --redis-timeout, whatever the take's own deadline.
 			at, _ := d.deadline(nil, time.Now())
 			ctx, cancel := context.WithDeadline(d.opts.Context, at)
-			given, err = luascript.ParseGiveBack(call.Exec(ctx, client), len(idx))
+			span := d.callSpan(callGiveBack, dec)
+			res := call.Exec(ctx, client)
+			d.callEnded(span, res)
+			given, err = luascript.ParseGiveBack(res, len(idx))
 			cancel()
 		}
 		for j, i := range idx {
 			if err != nil || !given[j] {
 				d.log.Warn("could not give back a check of a denied take: it holds its cost until its limits free it",
-					zap.String(keyKey, dec.checks[i].key), zap.String(keyRequestID, dec.req.RequestID), zap.Error(err))
+					append([]zap.Field{zap.String(keyKey, dec.checks[i].key), zap.String(keyRequestID, dec.req.RequestID), zap.Error(err)},
+						dec.traceLog()...)...)
 			}
 		}
 	}

@@ -106,6 +106,21 @@ func TestNodeClient(t *testing.T) {
 			"--module", "nodenext", "--moduleResolution", "nodenext", "types.ts")
 		t.Log("tsc --noEmit --strict types.ts: no errors", strings.TrimSpace(out))
 	})
+	t.Run("opentelemetry", func(t *testing.T) {
+		// An application with @opentelemetry/api: the client sends its
+		// active span. The suite above ran without it.
+		otelDir := t.TempDir()
+		installNode(t, otelDir)
+		api := filepath.Join(npmCached(t, "@opentelemetry/api", otelAPIVersion), "node_modules", "@opentelemetry", "api")
+		if err := os.Symlink(api, filepath.Join(mkdirAll(t, filepath.Join(otelDir, "node_modules", "@opentelemetry", "api")))); err != nil {
+			t.Fatal(err)
+		}
+		copyTree(t, filepath.Join(moduleRoot, nodePackage, "test"), otelDir)
+		out := run(t, otelDir, env, cliTimeout, node, "--test", "--test-reporter=spec", "otel.mjs")
+		if !strings.Contains(out, "a call sends the active span") {
+			t.Fatalf("the opentelemetry test did not run:\n%s", out)
+		}
+	})
 	t.Run("restart", func(t *testing.T) {
 		out := runAcrossRestarts(t, r, sc, 2, dir, env, node, "restart.mjs", "2")
 		if !strings.Contains(out, `"figures":"node restart"`) {
@@ -238,6 +253,10 @@ func installNode(t *testing.T, dir string) {
 	}
 }
 
+// otelAPIVersion is the @opentelemetry/api the Node client's test of an
+// application that traces installs.
+const otelAPIVersion = "1.10.0"
+
 // typescriptVersion is the compiler the Node client's declarations are
 // checked with.
 const typescriptVersion = "5.9.3"
@@ -259,14 +278,15 @@ func npmCached(t *testing.T, name, version string) string {
 	if err != nil {
 		t.Fatalf("no home directory for the %s cache: %v", name, err)
 	}
-	cache := filepath.Join(home, ".cache", "quotad-test", name+"-"+version)
+	dirName := strings.ReplaceAll(name, "/", "+") // a scoped package, @scope/name
+	cache := filepath.Join(home, ".cache", "quotad-test", dirName+"-"+version)
 	pkg := filepath.Join(cache, "node_modules", name, "package.json")
 	if fileExists(pkg) {
 		return cache
 	}
 	// Install next to the cache and rename into place, so an interrupted
 	// install is never taken for a finished one.
-	tmp, err := os.MkdirTemp(filepath.Dir(mkdirAll(t, cache)), name+"-install")
+	tmp, err := os.MkdirTemp(filepath.Dir(mkdirAll(t, cache)), dirName+"-install")
 	if err != nil {
 		t.Fatal(err)
 	}

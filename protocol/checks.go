@@ -92,7 +92,13 @@ func (d *decoder) check(r *Request) error {
 			return invalid("invalid JSON: expected ':' after object key")
 		}
 		d.space()
-		if f := fieldOf(key); f != 0 && f&checkFields == 0 {
+		if f := fieldOf(key); f&traceFields != 0 {
+			// The trace context is the take's: a check's is ignored.
+			if err := d.skip(1); err != nil {
+				return err
+			}
+			r.TraceInvalid = true
+		} else if f != 0 && f&checkFields == 0 {
 			if err := d.skip(1); err != nil {
 				return err
 			}

@@ -19,7 +19,7 @@ import (
 
 // knownKeys are the request fields Decode reads.
 var knownKeys = []string{"id", "op", "subject", "policy", "limit", "window_ms", "cost", "request_id", "timeout_ms",
-	"algorithm", "rate", "period_ms", "burst", "lease_ms", "headers"}
+	"algorithm", "rate", "period_ms", "burst", "lease_ms", "headers", "traceparent", "tracestate"}
 
 // plainKeys reports whether encoding/json reads the same fields from line
 // as Decode should: every top-level key appears once, and none is a
@@ -83,6 +83,10 @@ func FuzzDecode(f *testing.F) {
 		`{"op":"take","cost":2,"request_id":"r","checks":[{"policy":"p","subject":"a"},{"subject":"b","limit":3,"window_ms":9,"cost":1}]}`,
 		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`,
 		``,
+		`{"op":"take","subject":"s","policy":"p","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"a=b,c@d=e"}`,
+		`{"op":"take","subject":"s","policy":"p","traceparent":"00-00000000000000000000000000000000-00f067aa0ba902b7-01"}`,
+		`{"op":"take","subject":"s","policy":"p","traceparent":[1,{"a":"\ud800"}],"tracestate":7}`,
+		`{"op":"take","checks":[{"policy":"p","subject":"a","traceparent":"x","tracestate":"y"}],"traceparent":"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -125,6 +129,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
+		checkTraceNeverFails(t, line, &r)
 
 		if !json.Valid(line) {
 			t.Fatalf("Decode accepted %q, which encoding/json rejects", line)
@@ -211,6 +216,37 @@ func FuzzDecode(f *testing.F) {
 				r.Limit, r.WindowMS, r.Cost, r.TimeoutMS, nums.Limit, nums.WindowMS, cost, nums.TimeoutMS)
 		}
 	})
+}
+
+// checkTraceNeverFails asserts that a trace context is never an error and
+// changes nothing else: the accepted line with the line itself, as a
+// string, for its traceparent and tracestate, decodes to the same request,
+// and a valid traceparent decoded is one.
+func checkTraceNeverFails(t *testing.T, line []byte, r *protocol.Request) {
+	t.Helper()
+	if r.Trace.Valid() && (r.Trace.ParentID == [8]byte{} || !bytes.Contains(line, []byte("traceparent"))) {
+		t.Fatalf("Decode(%q) kept trace context %+v", line, r.Trace)
+	}
+	if !r.Trace.Valid() && r.Trace.State != "" {
+		t.Fatalf("Decode(%q) kept tracestate %q without a traceparent", line, r.Trace.State)
+	}
+	if len(line) == 0 || line[0] != '{' {
+		return
+	}
+	s, _ := json.Marshal(string(line))
+	for _, key := range []string{"traceparent", "tracestate"} {
+		with := append([]byte(`{"`+key+`":`+string(s)+`,`), line[1:]...)
+		if bytes.Equal(bytes.TrimSpace(line[1:]), []byte("}")) {
+			with = append([]byte(`{"`+key+`":`+string(s)), line[1:]...)
+		}
+		var r2 protocol.Request
+		if err := protocol.Decode(with, &r2); err != nil {
+			t.Fatalf("Decode(%q) failed (%v) where without its %s it did not", with, err, key)
+		}
+		if r2.Op != r.Op || r2.Subject != r.Subject || r2.Policy != r.Policy || r2.Cost != r.Cost || len(r2.Checks) != len(r.Checks) {
+			t.Fatalf("Decode(%q) = %+v, another request than without its %s", with, r2, key)
+		}
+	}
 }
 
 // checkSubjectIsItsOwn asserts that an accepted subject round-trips and

@@ -77,6 +77,11 @@ type Request struct {
 	// Checks are the limits of a take of several limits, all or nothing
 	// (checks.go); nil for a take of one.
 	Checks []Request
+	// Trace is the caller's trace context (trace.go), zero when the
+	// request carried none or an invalid one; TraceInvalid says that it
+	// carried a trace field that is ignored.
+	Trace        Trace
+	TraceInvalid bool
 }
 
 type field uint32
@@ -102,7 +107,15 @@ const (
 	fieldWeekStart
 	fieldJitterMS
 	fieldChecks
+	fieldTraceParent
+	fieldTraceState
+	// fieldTraceDuplicate: traceparent was given twice (trace.go).
+	fieldTraceDuplicate
 )
+
+// traceFields are the trace context's fields, which no value makes an
+// error (trace.go).
+const traceFields = fieldTraceParent | fieldTraceState
 
 // HasInline reports whether the request gave inline limits, of any
 // algorithm.
@@ -123,6 +136,7 @@ func Decode(line []byte, r *Request) error {
 	if d.err != nil {
 		return d.err
 	}
+	r.settleTrace()
 	return r.validate()
 }
 
@@ -327,6 +341,10 @@ func fieldOf(key []byte) field {
 		return fieldJitterMS
 	case "checks":
 		return fieldChecks
+	case "traceparent":
+		return fieldTraceParent
+	case "tracestate":
+		return fieldTraceState
 	}
 	return 0
 }
@@ -335,6 +353,9 @@ func (d *decoder) field(r *Request, key []byte, idBuf []byte) error {
 	f := fieldOf(key)
 	if f == 0 {
 		return d.skip(0)
+	}
+	if f&traceFields != 0 {
+		return d.traceField(r, f)
 	}
 	if d.seen&f != 0 {
 		// Also when either value is null: the key is still given twice.

@@ -256,7 +256,11 @@ func (c *conn) refuse(pr *pending, code protocol.Code, out []byte) {
 func (c *conn) start(line []byte) {
 	pr := newPending(c)
 	req := &pr.req
-	if err := protocol.Decode(line, req); err != nil {
+	err := protocol.Decode(line, req)
+	if req.TraceInvalid {
+		c.s.metrics.traceInvalid.Inc()
+	}
+	if err != nil {
 		code := protocol.CodeInvalid
 		if pe, ok := errors.AsType[*protocol.Error](err); ok {
 			code = pe.Code

@@ -11,6 +11,9 @@ import (
 type metrics struct {
 	reg     *prometheus.Registry
 	reloads *prometheus.CounterVec
+	// traceInvalid counts requests that carried a trace context field
+	// that was ignored (protocol.Request.TraceInvalid).
+	traceInvalid prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -19,13 +22,17 @@ func newMetrics(s *Server) *metrics {
 		Name: "quotad_config_reloads_total",
 		Help: "Policy file reloads, by result: ok or failed (the config in use was kept).",
 	}, []string{"result"})
+	m.traceInvalid = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "quotad_trace_context_invalid_total",
+		Help: "Requests whose traceparent or tracestate was ignored: malformed, all-zero ids, not a string, given twice or inside a check. The request was decided as if it had none.",
+	})
 	up := func() float64 {
 		if s.store != nil && s.store.Up() {
 			return 1
 		}
 		return 0
 	}
-	m.reg.MustRegister(m.reloads,
+	m.reg.MustRegister(m.reloads, m.traceInvalid,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "quotad_redis_up",
 			Help: "1 when Redis answered the last call or probe; 0 when it is down (the breaker is open) or not reached yet.",

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"quotad/dispatch"
@@ -84,6 +85,9 @@ type Options struct {
 	// DefaultMaxConnsPerPeer(MaxConns). A peer whose pid is 0 (it is in a
 	// pid namespace this process cannot see) is under MaxConns only.
 	MaxConnsPerPeer int
+	// Tracer makes a span of every decision and its Redis calls; nil for
+	// none (package tracing builds it from the OTEL_* environment).
+	Tracer trace.TracerProvider
 }
 
 // Server answers protocol requests on Unix-socket connections.
@@ -157,7 +161,7 @@ func NewServer(opts Options) *Server {
 		Store: opts.Store, Config: opts.Config, KeyPrefix: opts.KeyPrefix,
 		RedisTimeout: opts.RedisTimeout, AllowInline: opts.AllowInline,
 		Logger: opts.Logger, LogDecisions: opts.LogDecisions, Registry: s.metrics.reg,
-		Context: ctx, Draining: s.shutting.Load,
+		Context: ctx, Draining: s.shutting.Load, Tracer: opts.Tracer,
 	})
 	s.connMetrics = newConnMetrics(s.metrics.reg)
 	return s

@@ -42,16 +42,28 @@ export interface HeadersOption {
   headers?: boolean;
 }
 
-export interface TakeOptions extends Address, CallOptions, HeadersOption {
+/**
+ * The caller's W3C trace context, so that the decision joins its trace.
+ * Absent, the span active in @opentelemetry/api is sent when the application
+ * has that package; null sends none.
+ */
+export interface TraceOptions {
+  /** The traceparent header's value: 00-<trace-id>-<span-id>-<flags>. */
+  traceparent?: string | null;
+  /** The tracestate header's value that goes with it. */
+  tracestate?: string;
+}
+
+export interface TakeOptions extends Address, CallOptions, HeadersOption, TraceOptions {
   /** Units to take; default 1. */
   cost?: number;
   /** Idempotency key; also what makes a take safe to resend after a lost connection. */
   request_id?: string;
 }
 
-export type PeekOptions = Address & CallOptions & HeadersOption;
+export type PeekOptions = Address & CallOptions & HeadersOption & TraceOptions;
 
-export interface SettleOptions extends Omit<Address, 'lease_ms'>, CallOptions, HeadersOption {
+export interface SettleOptions extends Omit<Address, 'lease_ms'>, CallOptions, HeadersOption, TraceOptions {
   /** The accepted take's request_id. */
   request_id: string;
   /** The take's actual cost, 0 (a refund) to 1000000000: lower gives back, higher consumes past the limit. */
@@ -66,7 +78,7 @@ export interface Check extends Omit<Address, 'timeout_ms'> {
 }
 
 /** The take's own options for takeChecks. */
-export interface TakeChecksOptions extends CallOptions, HeadersOption {
+export interface TakeChecksOptions extends CallOptions, HeadersOption, TraceOptions {
   /** Units each check takes unless it gives its own; default 1. */
   cost?: number;
   /** Idempotency key of the whole take; also what makes it safe to resend. */
@@ -75,7 +87,7 @@ export interface TakeChecksOptions extends CallOptions, HeadersOption {
   timeout_ms?: number;
 }
 
-export interface ReleaseOptions extends CallOptions {
+export interface ReleaseOptions extends CallOptions, TraceOptions {
   policy?: string;
   algorithm?: 'concurrency';
   limit?: number;

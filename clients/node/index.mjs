@@ -18,7 +18,13 @@
 // written before the connection was lost rejects with OutcomeUnknown
 // instead: it may or may not have been counted, and sending it again could
 // count it twice.
+//
+// Every operation but ping carries the caller's W3C trace context, so that
+// the decision joins the caller's trace: the traceparent (and tracestate)
+// option, or else, when the application has @opentelemetry/api installed,
+// the span active when the call is made. { traceparent: null } sends none.
 
+import { createRequire } from 'node:module';
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 
@@ -126,12 +132,13 @@ export function errorFromReply(reply) {
 
 const ADDRESS = ['policy', 'limit', 'window_ms', 'algorithm', 'rate', 'period_ms', 'burst', 'lease_ms', 'timeout_ms',
   'period', 'time_zone', 'week_start', 'jitter_ms'];
+const TRACE = ['traceparent', 'tracestate'];
 const OPTIONS = {
-  take: [...ADDRESS, 'cost', 'request_id', 'headers', 'timeoutMs'],
-  takeChecks: ['cost', 'request_id', 'timeout_ms', 'headers', 'timeoutMs'],
-  peek: [...ADDRESS, 'headers', 'timeoutMs'],
-  release: ['policy', 'limit', 'algorithm', 'lease_ms', 'timeout_ms', 'timeoutMs'],
-  settle: [...ADDRESS.filter((f) => f !== 'lease_ms'), 'cost', 'request_id', 'headers', 'timeoutMs'],
+  take: [...ADDRESS, 'cost', 'request_id', 'headers', 'timeoutMs', ...TRACE],
+  takeChecks: ['cost', 'request_id', 'timeout_ms', 'headers', 'timeoutMs', ...TRACE],
+  peek: [...ADDRESS, 'headers', 'timeoutMs', ...TRACE],
+  release: ['policy', 'limit', 'algorithm', 'lease_ms', 'timeout_ms', 'timeoutMs', ...TRACE],
+  settle: [...ADDRESS.filter((f) => f !== 'lease_ms'), 'cost', 'request_id', 'headers', 'timeoutMs', ...TRACE],
   ping: ['timeoutMs'],
   call: ['timeoutMs'],
   client: ['timeoutMs'],
@@ -165,7 +172,46 @@ function buildRequest(op, fields) {
     // headers: false asks for nothing, so the request goes as without it.
     if (v !== undefined && v !== null && k !== 'timeoutMs' && !(k === 'headers' && v === false)) req[k] = v;
   }
+  if (fields.traceparent === undefined) {
+    const active = activeTraceContext();
+    if (active !== undefined) Object.assign(req, active);
+  }
   return req;
+}
+
+// otelApi is @opentelemetry/api when the application has it installed,
+// null when it has not; looked up once, at the first call. It is not a
+// dependency: a client without it sends no trace context of its own.
+let otelApi;
+
+function loadOtelApi() {
+  if (otelApi === undefined) {
+    try {
+      otelApi = createRequire(import.meta.url)('@opentelemetry/api');
+    } catch {
+      otelApi = null;
+    }
+  }
+  return otelApi;
+}
+
+// The W3C trace context of the span active now, as request fields;
+// undefined when there is none (or no @opentelemetry/api).
+function activeTraceContext() {
+  const api = loadOtelApi();
+  if (api === null || typeof api.trace?.getSpanContext !== 'function') return undefined;
+  try {
+    const sc = api.trace.getSpanContext(api.context.active());
+    if (sc === undefined || !api.trace.isSpanContextValid(sc)) return undefined;
+    const flags = (sc.traceFlags & 0xff).toString(16).padStart(2, '0');
+    const fields = { traceparent: `00-${sc.traceId}-${sc.spanId}-${flags}` };
+    const state = sc.traceState?.serialize();
+    if (state) fields.tracestate = state;
+    return fields;
+  } catch {
+    // A tracing problem never costs a decision.
+    return undefined;
+  }
 }
 
 // The HTTP header fields of a take or peek reply asked with { headers: true },

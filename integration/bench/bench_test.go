@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +52,7 @@ func TestMain(m *testing.M) {
 func TestBenchRunsEveryStep(t *testing.T) {
 	out := runBench(t, options{quotad: quotadBin, duration: 100 * time.Millisecond, rounds: 1})
 	want := []string{
-		"machine:", "main build: " + quotadBin, "1 rounds",
+		"machine:", "main build: " + quotadBin, "1 rounds", "tracing rows: the main build exporting spans", "tracing rows: the receiver got",
 		"pipelining, quotad vs in-process", "one at a time, quotad vs in-process",
 		"quotad CPU per decision", "Redis connections", "usec_per_call", "Redis CPU per decision",
 		"dec/script call", "RSS added by 20 idle connections", "2 clients that never read", "exhausted subject",
@@ -62,6 +63,11 @@ func TestBenchRunsEveryStep(t *testing.T) {
 		want = append(want, r.name)
 	}
 	wantLines(t, out, want)
+	// The tracing rows' sidecars exported: 100% of a row's decisions
+	// were sampled.
+	if !regexp.MustCompile(`tracing rows: the receiver got [1-9][0-9]* spans`).MatchString(out) {
+		t.Errorf("the tracing rows exported no span:\n%s", out)
+	}
 	if strings.Contains(out, "baseline") {
 		t.Errorf("a run without -baseline mentions one:\n%s", out)
 	}

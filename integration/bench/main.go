@@ -13,6 +13,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -35,6 +36,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"quotad/integration/otlptest"
 	"quotad/integration/redistest"
 	"quotad/loadgen"
 	"quotad/protocol"
@@ -113,6 +115,11 @@ type row struct {
 	// mainOnly: only the main build is measured (an algorithm a baseline
 	// build may not know).
 	mainOnly bool
+	// tracing is the sampling ratio of a sidecar that exports spans over
+	// OTLP gRPC to a receiver of the bench's (parentbased_traceidratio:
+	// the takes carry no trace context, so the ratio decides); 0 measures
+	// the sidecar without tracing.
+	tracing float64
 }
 
 // The rows the checks read.
@@ -146,6 +153,11 @@ var matrix = []row{
 	{name: "sliding window, 64x16, request ids", sidecar: true, algorithm: "sliding_window", conns: 64, inflight: 16, requestIDs: true, inProcess: rowInProcPipe, mainOnly: true},
 	{name: "calendar (day), 64x16", sidecar: true, algorithm: "calendar", conns: 64, inflight: 16, inProcess: rowInProcPipe, mainOnly: true},
 	{name: "calendar (day), 64x16, request ids", sidecar: true, algorithm: "calendar", conns: 64, inflight: 16, requestIDs: true, inProcess: rowInProcPipe, mainOnly: true},
+	// Tracing on; the rows above are tracing off.
+	{name: "quotad, pipelining 64x16, tracing 1%", sidecar: true, algorithm: "fixed_window", conns: 64, inflight: 16, inProcess: rowInProcPipe, mainOnly: true, tracing: 0.01},
+	{name: "quotad, pipelining 64x16, tracing 100%", sidecar: true, algorithm: "fixed_window", conns: 64, inflight: 16, inProcess: rowInProcPipe, mainOnly: true, tracing: 1},
+	{name: "quotad, one at a time 16x1, tracing 1%", sidecar: true, algorithm: "fixed_window", conns: 16, inflight: 1, inProcess: rowInProcOne, mainOnly: true, tracing: 0.01},
+	{name: "quotad, one at a time 16x1, tracing 100%", sidecar: true, algorithm: "fixed_window", conns: 16, inflight: 1, inProcess: rowInProcOne, mainOnly: true, tracing: 1},
 }
 
 // More rows the checks read.
@@ -184,6 +196,8 @@ func (s sample) decPerScript() float64 {
 // sidecar is one running quotad build.
 type sidecar struct {
 	label  string // "main" or "baseline"
+	file   string // names its socket and log; label when empty
+	env    []string
 	bin    string
 	socket string
 	log    string
@@ -199,6 +213,10 @@ type bench struct {
 	redis    *redistest.Server
 	ctl      rueidis.Client
 	sidecars []*sidecar // the main build first
+	// traced are the sidecars of the tracing rows, by sampling ratio,
+	// started at their first row; receiver gets their spans.
+	traced   map[float64]*sidecar
+	receiver *otlptest.Receiver
 }
 
 func run(ctx context.Context, o options, out io.Writer) (err error) {
@@ -223,7 +241,13 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	b := &bench{o: o, out: out, dir: dir, rows: rows}
+	b := &bench{o: o, out: out, dir: dir, rows: rows, traced: map[float64]*sidecar{}}
+	defer func() {
+		b.stopTraced()
+		if b.receiver != nil {
+			b.receiver.Close()
+		}
+	}()
 	if b.redis, err = redistest.Launch(dir); err != nil {
 		return err
 	}
@@ -281,6 +305,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			if r.sidecar {
 				sc = b.sidecars[u.build]
 				label = sc.label
+				if r.tracing > 0 {
+					if sc, err = b.tracedSidecar(ctx, sc, r.tracing); err != nil {
+						return fmt.Errorf("%s: %w", r.name, err)
+					}
+				}
 			}
 			s, err := b.measure(ctx, r, sc, round)
 			if err != nil {
@@ -289,6 +318,10 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			fmt.Fprintf(os.Stderr, "round %d  %-10s %-42s %9.0f decisions/s\n", round, label, r.name, s.rate)
 			samples[u.row][u.build] = append(samples[u.row][u.build], s)
 		}
+	}
+	if b.receiver != nil {
+		b.stopTraced()
+		fmt.Fprintf(out, "tracing rows: the receiver got %d spans\n\n", b.receiver.Count())
 	}
 	for k, sc := range b.sidecars {
 		if len(b.sidecars) > 1 {
@@ -347,6 +380,12 @@ func (b *bench) header() {
 	if b.rows != nil {
 		fmt.Fprintf(b.out, "rows: the fixed window's and the in-process client's, and those matching %s\n", b.rows)
 	}
+	for i, r := range matrix {
+		if r.tracing > 0 && b.measured(i) {
+			fmt.Fprintln(b.out, "tracing rows: the main build exporting spans over OTLP gRPC to a receiver in this process, OTEL_TRACES_SAMPLER=parentbased_traceidratio with the row's ratio")
+			break
+		}
+	}
 	fmt.Fprintln(b.out)
 }
 
@@ -361,9 +400,43 @@ func utsString(cs []int8) string {
 	return sb.String()
 }
 
+// tracedSidecar is the sidecar of base's build that exports spans sampled
+// at ratio, started the first time.
+func (b *bench) tracedSidecar(ctx context.Context, base *sidecar, ratio float64) (*sidecar, error) {
+	if sc := b.traced[ratio]; sc != nil {
+		return sc, nil
+	}
+	if b.receiver == nil {
+		var err error
+		if b.receiver, err = otlptest.Launch(true); err != nil {
+			return nil, fmt.Errorf("otlp receiver: %w", err)
+		}
+	}
+	arg := strconv.FormatFloat(ratio, 'f', -1, 64)
+	sc := &sidecar{label: base.label, bin: base.bin, file: base.label + "-tracing-" + arg, env: []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + b.receiver.GRPCEndpoint(), "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
+		"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=" + arg,
+	}}
+	if err := b.startSidecar(ctx, sc); err != nil {
+		return nil, err
+	}
+	b.traced[ratio] = sc
+	return sc, nil
+}
+
+// stopTraced stops the tracing rows' sidecars, which send their last
+// spans as they exit.
+func (b *bench) stopTraced() {
+	for ratio, sc := range b.traced {
+		b.stopSidecar(sc)
+		delete(b.traced, ratio)
+	}
+}
+
 func (b *bench) startSidecar(ctx context.Context, sc *sidecar) error {
-	sc.socket = filepath.Join(b.dir, sc.label+".sock")
-	sc.log = filepath.Join(b.dir, sc.label+".log")
+	file := cmp.Or(sc.file, sc.label)
+	sc.socket = filepath.Join(b.dir, file+".sock")
+	sc.log = filepath.Join(b.dir, file+".log")
 	args := []string{"serve", "--socket", sc.socket, "--redis-url", b.redis.URL(), "--log-level", "warn", "--key-prefix", "bench:"}
 	args = append(args, strings.Fields(b.o.sidecarArgs)...)
 	logf, err := os.Create(sc.log)
@@ -372,6 +445,7 @@ func (b *bench) startSidecar(ctx context.Context, sc *sidecar) error {
 	}
 	defer logf.Close()
 	sc.cmd = exec.Command(sc.bin, args...)
+	sc.cmd.Env = append(os.Environ(), sc.env...)
 	sc.cmd.Stdout, sc.cmd.Stderr = logf, logf
 	if err := sc.cmd.Start(); err != nil {
 		return fmt.Errorf("start quotad: %w", err)

@@ -15,6 +15,8 @@ import { test } from 'node:test';
 
 import * as quotad from 'quotad';
 
+import { recordingServer } from './recording.mjs';
+
 const SOCKET = process.env.QUOTAD_TEST_SOCKET ?? './quotad.sock';
 const PREFIX = process.env.QUOTAD_TEST_SUBJECT ?? 'jstest';
 const WORKERS = 16;
@@ -49,6 +51,34 @@ async function silentServer(t) {
   });
   return file;
 }
+
+const TRACEPARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+
+test('every operation sends the trace context it is given, and none of its own', async (t) => {
+  const srv = await recordingServer(t);
+  const q = await quotad.Client.connect(srv.file);
+  const trace = { traceparent: TRACEPARENT, tracestate: 'vendor=x' };
+  const inline = { limit: 1, window_ms: 1000 };
+  await q.take('s', { ...inline, ...trace });
+  await q.peek('s', { ...inline, ...trace });
+  await q.release('s', 'r-1', { algorithm: 'concurrency', limit: 1, lease_ms: 1000, ...trace });
+  await q.settle('s', { ...inline, request_id: 'r-1', cost: 0, ...trace });
+  await q.takeChecks([{ subject: 's', ...inline }], trace);
+  await q.take('s', inline);
+  await q.take('s', { ...inline, traceparent: null });
+  await q.close();
+  assert.deepEqual(srv.requests.map((r) => [r.op, r.traceparent, r.tracestate]), [
+    ...['take', 'peek', 'release', 'settle', 'take'].map((op) => [op, TRACEPARENT, 'vendor=x']),
+    ['take', undefined, undefined], ['take', undefined, undefined]]);
+});
+
+test('the sidecar decides a traced take as without', async () => {
+  const q = await quotad.Client.connect(SOCKET);
+  const s = `${PREFIX}-traced`;
+  assert.equal((await q.take(s, { limit: 1, window_ms: 2678400000, traceparent: TRACEPARENT })).allowed, true);
+  assert.equal((await q.take(s, { limit: 1, window_ms: 2678400000, traceparent: 'not a trace context' })).allowed, false);
+  await q.close();
+});
 
 test('16 workers share one client', async () => {
   const q = await quotad.Client.connect(SOCKET, { timeoutMs: 60000 });

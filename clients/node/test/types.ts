@@ -27,6 +27,10 @@ async function main(): Promise<void> {
   console.log(settled, rateLimitHeaders(s));
   // @ts-expect-error a settle needs the take's cost
   await q.settle('alice', { limit: 5, window_ms: 60000, request_id: 'order-1' });
+  const traced: TakeReply = await q.take('alice', {
+    policy: 'api', traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', tracestate: 'vendor=x' });
+  await q.takeChecks([{ policy: 'api', subject: 'alice' }], { traceparent: null });
+  console.log(traced.allowed);
   const ping = await q.ping();
   const ready: boolean = ping.ready;
   const replies = await q.pipeline([{ op: 'take', id: 'a', subject: 'bob', limit: 1, window_ms: 1000 }]);

@@ -16,7 +16,7 @@ import socket
 import tempfile
 import threading
 import unittest
-from typing import Any, Callable, Dict, List, Tuple, Type
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 import quotad
 
@@ -71,6 +71,72 @@ class SilentServer:
             c.close()
         os.unlink(self.path)
         os.rmdir(self.dir)
+
+
+class RecordingServer(SilentServer):
+    """A socket that answers every request allowed and keeps what it read,
+    to see what a client sends."""
+
+    def __init__(self) -> None:
+        self.requests: List[Dict[str, Any]] = []
+        super().__init__()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn.makefile("rb") as lines:
+            for line in lines:
+                req = json.loads(line)
+                self.requests.append(req)
+                reply = {"id": req.get("id"), "ok": True, "allowed": True, "replay": False, "limit": 1, "used": 1,
+                         "remaining": 0, "reset_ms": 1, "retry_after_ms": 0}
+                try:
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                except OSError:
+                    return
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+class TraceContextTest(unittest.TestCase):
+    def test_every_operation_sends_the_trace_context(self) -> None:
+        srv = RecordingServer()
+        self.addCleanup(srv.close)
+        tp, ts = TRACEPARENT, "vendor=x"
+        with quotad.Client(srv.path) as q:
+            q.take("s", limit=1, window_ms=1000, traceparent=tp, tracestate=ts)
+            q.peek("s", limit=1, window_ms=1000, traceparent=tp, tracestate=ts)
+            q.release("s", "r-1", algorithm="concurrency", limit=1, lease_ms=1000, traceparent=tp, tracestate=ts)
+            q.settle("s", limit=1, window_ms=1000, request_id="r-1", cost=0, traceparent=tp, tracestate=ts)
+            q.take_checks([{"subject": "s", "limit": 1, "window_ms": 1000}], traceparent=tp, tracestate=ts)
+            q.take("s", limit=1, window_ms=1000)
+
+        async def run() -> None:
+            async with quotad.AsyncClient(srv.path) as aq:
+                await aq.take("s", limit=1, window_ms=1000, traceparent=tp, tracestate=ts)
+                await aq.take_checks([{"subject": "s", "limit": 1, "window_ms": 1000}], traceparent=tp, tracestate=ts)
+        asyncio.run(run())
+        sent = [(r["op"], r.get("traceparent"), r.get("tracestate")) for r in srv.requests]
+        want: List[Tuple[str, Optional[str], Optional[str]]] = [
+            (op, TRACEPARENT, "vendor=x") for op in ("take", "peek", "release", "settle", "take")]
+        want += [("take", None, None), ("take", TRACEPARENT, "vendor=x"), ("take", TRACEPARENT, "vendor=x")]
+        self.assertEqual(sent, want)
+
+    def test_the_sidecar_decides_as_without(self) -> None:
+        s = f"{PREFIX}-traced"
+        with quotad.Client(SOCKET) as q:
+            r = q.take(s, limit=1, window_ms=2678400000, traceparent=TRACEPARENT)
+            self.assertTrue(r["allowed"])
+            r = q.take(s, limit=1, window_ms=2678400000, traceparent="not a trace context")
+            self.assertFalse(r["allowed"])
 
 
 class ThreadsTest(unittest.TestCase):

@@ -24,6 +24,12 @@ was written before the connection was lost raises `OutcomeUnknown` instead:
 it may or may not have been counted, and sending it again could count it
 twice.
 
+Every operation but ping takes `traceparent` (and `tracestate`): the
+caller's W3C trace context, the value of the header of that name (with
+OpenTelemetry: `opentelemetry.propagate.inject(carrier)` then
+`carrier["traceparent"]`), so that the decision joins the caller's trace.
+The sidecar ignores an invalid one; it never changes the reply.
+
 The whole package is this one file, so it can also be shipped as a single
 `quotad.py` next to an application.
 """
@@ -250,12 +256,14 @@ class MultiTakeReply(_MultiTakeFields, total=False):
 
 
 def _checks_request(checks: Sequence[Mapping[str, Any]], cost: int, request_id: Optional[str],
-                    timeout_ms: Optional[int], headers: bool) -> Reply:
+                    timeout_ms: Optional[int], headers: bool, traceparent: Optional[str],
+                    tracestate: Optional[str]) -> Reply:
     if isinstance(checks, (str, bytes)) or not isinstance(checks, Sequence) or \
             not all(isinstance(c, Mapping) for c in checks):
         raise TypeError("checks is a list of dicts, one per limit")
     return _request("take", dict(checks=[dict(c) for c in checks], cost=cost, request_id=request_id,
-                                 timeout_ms=timeout_ms, headers=True if headers else None))
+                                 timeout_ms=timeout_ms, headers=True if headers else None,
+                                 traceparent=traceparent, tracestate=tracestate))
 
 
 # -- errors ---------------------------------------------------------------
@@ -663,7 +671,8 @@ class Client:
              lease_ms: Optional[int] = None, period: Optional[str] = None,
              time_zone: Optional[str] = None, week_start: Optional[str] = None,
              jitter_ms: Optional[int] = None, timeout_ms: Optional[int] = None,
-             headers: bool = False, timeout: Optional[float] = None) -> TakeReply:
+             headers: bool = False, traceparent: Optional[str] = None, tracestate: Optional[str] = None,
+             timeout: Optional[float] = None) -> TakeReply:
         """Consume cost units of subject's quota.
 
         Address the quota by a named policy, or inline: limit and window_ms
@@ -678,13 +687,14 @@ class Client:
         connection. timeout_ms shortens the sidecar's Redis deadline;
         timeout (seconds) bounds this call here. headers=True adds the
         reply's RateLimit header fields (see rate_limit_headers).
+        traceparent and tracestate carry the caller's W3C trace context.
         """
         req = _request("take", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                     cost=cost, request_id=request_id, algorithm=algorithm, rate=rate,
                                     period_ms=period_ms, burst=burst, lease_ms=lease_ms,
                                     period=period, time_zone=time_zone, week_start=week_start,
                                     jitter_ms=jitter_ms, timeout_ms=timeout_ms,
-                                    headers=True if headers else None))
+                                    headers=True if headers else None, traceparent=traceparent, tracestate=tracestate))
         return cast(TakeReply, self.request(req, timeout=timeout))
 
     def peek(self, subject: str, policy: Optional[str] = None, limit: Optional[int] = None,
@@ -694,25 +704,27 @@ class Client:
              period: Optional[str] = None, time_zone: Optional[str] = None,
              week_start: Optional[str] = None, jitter_ms: Optional[int] = None,
              timeout_ms: Optional[int] = None, headers: bool = False,
+             traceparent: Optional[str] = None, tracestate: Optional[str] = None,
              timeout: Optional[float] = None) -> PeekReply:
         """Report subject's quota without consuming any (addressed as for take)."""
         req = _request("peek", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                     algorithm=algorithm, rate=rate, period_ms=period_ms, burst=burst,
                                     lease_ms=lease_ms, period=period, time_zone=time_zone,
                                     week_start=week_start, jitter_ms=jitter_ms, timeout_ms=timeout_ms,
-                                    headers=True if headers else None))
+                                    headers=True if headers else None, traceparent=traceparent, tracestate=tracestate))
         return cast(PeekReply, self.request(req, timeout=timeout))
 
     def release(self, subject: str, request_id: str, policy: Optional[str] = None, *,
                 algorithm: Optional[str] = None, limit: Optional[int] = None,
                 lease_ms: Optional[int] = None, timeout_ms: Optional[int] = None,
+                traceparent: Optional[str] = None, tracestate: Optional[str] = None,
                 timeout: Optional[float] = None) -> ReleaseReply:
         """Free the concurrency lease request_id of subject, addressed as for
         take. reply["released"] is False when no such lease was held, which
         is not an error: a release is safe to retry."""
         req = _request("release", dict(subject=subject, request_id=request_id, policy=policy,
                                        algorithm=algorithm, limit=limit, lease_ms=lease_ms,
-                                       timeout_ms=timeout_ms))
+                                       timeout_ms=timeout_ms, traceparent=traceparent, tracestate=tracestate))
         return cast(ReleaseReply, self.request(req, timeout=timeout))
 
     def settle(self, subject: str, policy: Optional[str] = None, limit: Optional[int] = None,
@@ -722,6 +734,7 @@ class Client:
                period: Optional[str] = None, time_zone: Optional[str] = None,
                week_start: Optional[str] = None, jitter_ms: Optional[int] = None,
                timeout_ms: Optional[int] = None, headers: bool = False,
+               traceparent: Optional[str] = None, tracestate: Optional[str] = None,
                timeout: Optional[float] = None) -> SettleReply:
         """Give the actual cost of the accepted take request_id of subject,
         addressed as that take was: lower than it reserved gives the rest
@@ -734,11 +747,12 @@ class Client:
                                       cost=cost, request_id=request_id, algorithm=algorithm, rate=rate,
                                       period_ms=period_ms, burst=burst, period=period,
                                       time_zone=time_zone, week_start=week_start, jitter_ms=jitter_ms,
-                                      timeout_ms=timeout_ms, headers=True if headers else None))
+                                      timeout_ms=timeout_ms, headers=True if headers else None, traceparent=traceparent, tracestate=tracestate))
         return cast(SettleReply, self.request(req, timeout=timeout))
 
     def take_checks(self, checks: Sequence[Check], cost: int = 1, request_id: Optional[str] = None, *,
                     timeout_ms: Optional[int] = None, headers: bool = False,
+                    traceparent: Optional[str] = None, tracestate: Optional[str] = None,
                     timeout: Optional[float] = None) -> MultiTakeReply:
         """Take several limits at once, all or nothing.
 
@@ -750,7 +764,7 @@ class Client:
         request_id replays every check; another set of checks or costs
         under it raises Conflict.
         """
-        req = _checks_request(checks, cost, request_id, timeout_ms, headers)
+        req = _checks_request(checks, cost, request_id, timeout_ms, headers, traceparent, tracestate)
         return cast(MultiTakeReply, self.request(req, timeout=timeout))
 
     def ping(self, *, timeout: Optional[float] = None) -> PingReply:
@@ -1098,14 +1112,15 @@ class AsyncClient:
                    lease_ms: Optional[int] = None, period: Optional[str] = None,
                    time_zone: Optional[str] = None, week_start: Optional[str] = None,
                    jitter_ms: Optional[int] = None, timeout_ms: Optional[int] = None,
-                   headers: bool = False, timeout: Optional[float] = None) -> TakeReply:
+                   headers: bool = False, traceparent: Optional[str] = None, tracestate: Optional[str] = None,
+                   timeout: Optional[float] = None) -> TakeReply:
         """Consume cost units of subject's quota; see Client.take."""
         req = _request("take", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                     cost=cost, request_id=request_id, algorithm=algorithm, rate=rate,
                                     period_ms=period_ms, burst=burst, lease_ms=lease_ms,
                                     period=period, time_zone=time_zone, week_start=week_start,
                                     jitter_ms=jitter_ms, timeout_ms=timeout_ms,
-                                    headers=True if headers else None))
+                                    headers=True if headers else None, traceparent=traceparent, tracestate=tracestate))
         return cast(TakeReply, await self.request(req, timeout=timeout))
 
     async def peek(self, subject: str, policy: Optional[str] = None, limit: Optional[int] = None,
@@ -1115,23 +1130,25 @@ class AsyncClient:
                    period: Optional[str] = None, time_zone: Optional[str] = None,
                    week_start: Optional[str] = None, jitter_ms: Optional[int] = None,
                    timeout_ms: Optional[int] = None, headers: bool = False,
+                   traceparent: Optional[str] = None, tracestate: Optional[str] = None,
                    timeout: Optional[float] = None) -> PeekReply:
         """Report subject's quota without consuming any; see Client.peek."""
         req = _request("peek", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                     algorithm=algorithm, rate=rate, period_ms=period_ms, burst=burst,
                                     lease_ms=lease_ms, period=period, time_zone=time_zone,
                                     week_start=week_start, jitter_ms=jitter_ms, timeout_ms=timeout_ms,
-                                    headers=True if headers else None))
+                                    headers=True if headers else None, traceparent=traceparent, tracestate=tracestate))
         return cast(PeekReply, await self.request(req, timeout=timeout))
 
     async def release(self, subject: str, request_id: str, policy: Optional[str] = None, *,
                       algorithm: Optional[str] = None, limit: Optional[int] = None,
                       lease_ms: Optional[int] = None, timeout_ms: Optional[int] = None,
+                      traceparent: Optional[str] = None, tracestate: Optional[str] = None,
                       timeout: Optional[float] = None) -> ReleaseReply:
         """Free a concurrency lease; see Client.release."""
         req = _request("release", dict(subject=subject, request_id=request_id, policy=policy,
                                        algorithm=algorithm, limit=limit, lease_ms=lease_ms,
-                                       timeout_ms=timeout_ms))
+                                       timeout_ms=timeout_ms, traceparent=traceparent, tracestate=tracestate))
         return cast(ReleaseReply, await self.request(req, timeout=timeout))
 
     async def settle(self, subject: str, policy: Optional[str] = None, limit: Optional[int] = None,
@@ -1141,20 +1158,22 @@ class AsyncClient:
                      period: Optional[str] = None, time_zone: Optional[str] = None,
                      week_start: Optional[str] = None, jitter_ms: Optional[int] = None,
                      timeout_ms: Optional[int] = None, headers: bool = False,
+                     traceparent: Optional[str] = None, tracestate: Optional[str] = None,
                      timeout: Optional[float] = None) -> SettleReply:
         """Give the actual cost of an accepted take; see Client.settle."""
         req = _request("settle", dict(subject=subject, policy=policy, limit=limit, window_ms=window_ms,
                                       cost=cost, request_id=request_id, algorithm=algorithm, rate=rate,
                                       period_ms=period_ms, burst=burst, period=period,
                                       time_zone=time_zone, week_start=week_start, jitter_ms=jitter_ms,
-                                      timeout_ms=timeout_ms, headers=True if headers else None))
+                                      timeout_ms=timeout_ms, headers=True if headers else None, traceparent=traceparent, tracestate=tracestate))
         return cast(SettleReply, await self.request(req, timeout=timeout))
 
     async def take_checks(self, checks: Sequence[Check], cost: int = 1, request_id: Optional[str] = None, *,
                           timeout_ms: Optional[int] = None, headers: bool = False,
+                          traceparent: Optional[str] = None, tracestate: Optional[str] = None,
                           timeout: Optional[float] = None) -> MultiTakeReply:
         """Take several limits at once, all or nothing; see Client.take_checks."""
-        req = _checks_request(checks, cost, request_id, timeout_ms, headers)
+        req = _checks_request(checks, cost, request_id, timeout_ms, headers, traceparent, tracestate)
         return cast(MultiTakeReply, await self.request(req, timeout=timeout))
 
     async def ping(self, *, timeout: Optional[float] = None) -> PingReply:

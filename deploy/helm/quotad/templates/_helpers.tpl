@@ -59,6 +59,48 @@ quotad.redisEnv: where Redis is, for the sidecar and the doctor alike.
 {{- end }}
 {{- end -}}
 
+{{/*
+quotad.tracingEnv: the OTEL_* variables of tracing.*, and the pod's
+resource attributes from the downward API; nothing while tracing.endpoint
+is empty.
+*/}}
+{{- define "quotad.tracingEnv" -}}
+{{- with .Values.tracing }}
+{{- if .endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .protocol | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ .sampler | quote }}
+{{- if .samplerArg }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .samplerArg | quote }}
+{{- end }}
+- name: OTEL_SERVICE_NAME
+  value: {{ .serviceName | quote }}
+- name: K8S_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: K8S_POD_UID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.uid
+- name: K8S_NAMESPACE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: K8S_NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: k8s.pod.name=$(K8S_POD_NAME),k8s.pod.uid=$(K8S_POD_UID),k8s.namespace.name=$(K8S_NAMESPACE_NAME),k8s.node.name=$(K8S_NODE_NAME),k8s.container.name=quotad
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{- define "quotad.probe" -}}
 httpGet:
   path: {{ .probe.path }}
@@ -112,6 +154,7 @@ quotad.sidecar: the native sidecar, one item of a pod's initContainers:
       value: {{ .Values.shutdownTimeout | quote }}
     - name: QUOTAD_LOG_DECISIONS
       value: {{ .Values.logDecisions | quote }}
+    {{- include "quotad.tracingEnv" . | nindent 4 }}
     {{- with .Values.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
@@ -86,6 +87,7 @@ func (d *Dispatcher) classify(err error, t *trip) failure {
 	case errors.Is(err, context.DeadlineExceeded):
 		f := failure{code: protocol.CodeUnavailable, message: "redis did not answer in time", unknown: true, kind: "timeout"}
 		if t != nil && d.fair(t) {
+			println("DEBUG fair timeout queued", t.sent.Sub(t.queued).String(), "atredis", t.deadline.Sub(t.sent).String(), "since sent", time.Since(t.sent).String(), "sent at", t.sent.Format("15:04:05.000"))
 			f.health = store.HealthDown
 		}
 		return f
@@ -122,10 +124,14 @@ func (d *Dispatcher) classify(err error, t *trip) failure {
 
 // fair reports whether a call had time enough at Redis for its running
 // out to say that Redis is slow: its deadline was --redis-timeout's, not a
-// request's shorter one, and at least half of it was left when the call
-// was sent (a call that waited behind earlier batches may have had less).
+// request's shorter one, and it waited inside quotad no longer than the
+// batcher's patience before it was sent, so that it had at least three
+// quarters of the deadline at Redis. A call that waited longer (every
+// runner busy) had less, and its running out says that the round trip is
+// longer than what was left, not that Redis failed: a steady latency below
+// three quarters of the deadline never counts against Redis.
 func (d *Dispatcher) fair(t *trip) bool {
-	return !t.own && t.deadline.Sub(t.sent) >= d.opts.RedisTimeout/2
+	return !t.own && t.sent.Sub(t.queued) <= d.patience()
 }
 
 // fail makes o the error answer to err.
@@ -190,7 +196,7 @@ func (d *Dispatcher) undecided(dec *Decision, err error) {
 // store's health (on a Cluster, the health of the node that serves key).
 func (d *Dispatcher) observe(key string, err error, t *trip) {
 	if h := d.classify(err, t).health; h != store.HealthNone {
-		d.store.Observe(key, h, err)
+		d.store.Observe(key, t.sent, h, err)
 	}
 }
 

@@ -65,6 +65,7 @@ type metrics struct {
 	localDenials  prometheus.Counter
 	duration      *prometheus.HistogramVec
 	redisDuration prometheus.Histogram
+	queueDuration prometheus.Histogram
 	batchSize     prometheus.Histogram
 	redisErrors   *prometheus.CounterVec
 	inflight      prometheus.Gauge
@@ -109,6 +110,11 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 		Help:    "Time of each Redis command the requests send (EVALSHA, and EVAL when a script was missing).",
 		Buckets: latency,
 	})
+	m.queueDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "quotad_redis_queue_seconds",
+		Help:    "Time each decision sent to Redis waited inside quotad, from its arrival to the send of its script call: behind the batches at Redis. Its deadline counts from its arrival; only the rest is time at Redis.",
+		Buckets: latency,
+	})
 	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "quotad_redis_batch_requests",
 		Help:    "Decisions sent to Redis together, per batch: those that came while earlier batches were at Redis.",
@@ -130,7 +136,7 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 	m.requestsOf.of = func(l [2]string) prometheus.Counter { return m.requests.WithLabelValues(l[0], l[1]) }
 	m.durationOf.of = func(op string) prometheus.Observer { return m.duration.WithLabelValues(op) }
 	if opts.Registry != nil {
-		opts.Registry.MustRegister(m.decisions, m.requests, m.localDenials, m.duration, m.redisDuration, m.batchSize,
+		opts.Registry.MustRegister(m.decisions, m.requests, m.localDenials, m.duration, m.redisDuration, m.queueDuration, m.batchSize,
 			m.redisErrors, m.inflight, m.logDropped,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "quotad_healed_keys_total",
@@ -238,6 +244,12 @@ func (m *metrics) observeCheck(dec *Decision, i int, elapsed time.Duration) {
 	}
 	fields = append(fields, zap.Int64(keyLatencyUS, elapsed.Microseconds()))
 	m.decisionLog.Info("decision", fields...)
+}
+
+// queued records how long dec waited inside quotad before its call was
+// sent (dec.trip.sent).
+func (m *metrics) queued(dec *Decision) {
+	m.queueDuration.Observe(dec.trip.sent.Sub(dec.queued).Seconds())
 }
 
 // ObserveRefused counts a request the server refused itself, before the

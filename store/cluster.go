@@ -191,7 +191,7 @@ func (ch *clusterHealth) lastError() error {
 // within ch.staleFor of the slot leaving an owner that is down (a
 // failover): rueidis may still have sent the call to the old owner, and
 // its failure must not stop the promoted replica.
-func (ch *clusterHealth) observe(key string, up bool, err error) {
+func (ch *clusterHealth) observe(key string, sent time.Time, up bool, err error) {
 	m := ch.slots.Load()
 	slot := keyslot.Of(key)
 	n := m.slots[slot]
@@ -200,7 +200,7 @@ func (ch *clusterHealth) observe(key string, up bool, err error) {
 			ch.stale.Store(true)
 		}
 		if n != nil {
-			ch.set(n, true, false, nil)
+			ch.set(n, true, false, time.Time{}, nil)
 		}
 		return
 	}
@@ -213,7 +213,7 @@ func (ch *clusterHealth) observe(key string, up bool, err error) {
 		n = p
 	}
 	if n != nil {
-		ch.set(n, false, false, err)
+		ch.set(n, false, false, sent, err)
 	}
 }
 
@@ -253,8 +253,8 @@ func dialedAddr(err error) string {
 
 // set moves n's breaker (see breaker.set), logging and summarising a
 // change.
-func (ch *clusterHealth) set(n *clusterNode, up, probe bool, err error) {
-	changed, need := n.set(up, probe, err)
+func (ch *clusterHealth) set(n *clusterNode, up, probe bool, sent time.Time, err error) {
+	changed, need := n.set(up, probe, sent, err)
 	ch.changed(n, changed, up, need, err)
 }
 

@@ -243,27 +243,28 @@ const (
 	HealthDown
 )
 
-// Observe records what a call on key found, h, with its error (nil for
-// none): an answer from Redis means the Redis serving key is up, and a
+// Observe records what a call on key sent at sent (zero when unknown)
+// found, h, with its error (nil for none): an answer from Redis means the Redis serving key is up, and a
 // failure that it is not. On a Cluster an error reply that says the slot
 // map moved has the map read again, and a failure to reach another node
 // than key's slot owner (the client's slot map was older) counts against
 // that node.
-func (s *Store) Observe(key string, h Health, err error) {
+func (s *Store) Observe(key string, sent time.Time, h Health, err error) {
 	if h == HealthNone {
 		return
 	}
 	if ch := s.cluster.Load(); ch != nil {
-		ch.observe(key, h == HealthUp, err)
+		ch.observe(key, sent, h == HealthUp, err)
 		return
 	}
-	s.setUp(h == HealthUp, false, err)
+	changed, need := s.set(h == HealthUp, false, sent, err)
+	s.logChange(changed, h == HealthUp, need, err)
 }
 
 // setUp moves the one breaker's health to up or down (see breaker.set) and
 // logs a change.
 func (s *Store) setUp(up, probe bool, err error) {
-	changed, need := s.set(up, probe, err)
+	changed, need := s.set(up, probe, time.Time{}, err)
 	s.logChange(changed, up, need, err)
 }
 

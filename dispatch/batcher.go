@@ -181,7 +181,7 @@ func (b *batcher) send(batch []*Decision, calls []luascript.Call) []luascript.Ca
 		calls = append(calls, dec.call)
 	}
 	d.metrics.batchSize.Observe(float64(len(batch)))
-	client = d.metrics.instrument(client)
+	client = d.client(client)
 	if len(calls) == 1 {
 		d.complete(batch[0], calls[0].Exec(ctx, client))
 		return calls

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
@@ -84,10 +83,12 @@ func (d *Dispatcher) classify(err error, t *trip) failure {
 		return failure{code: protocol.CodeShuttingDown, message: err.Error()}
 	case errors.Is(err, context.Canceled) && d.shutting():
 		return failure{code: protocol.CodeShuttingDown, message: "the sidecar shut down before redis answered", unknown: true}
+	case errors.Is(err, luascript.ErrNotLoaded):
+		// NOSCRIPT ran nothing, and the call was not sent again.
+		return failure{code: protocol.CodeUnavailable, message: err.Error() + ": the request was not run"}
 	case errors.Is(err, context.DeadlineExceeded):
 		f := failure{code: protocol.CodeUnavailable, message: "redis did not answer in time", unknown: true, kind: "timeout"}
 		if t != nil && d.fair(t) {
-			println("DEBUG fair timeout queued", t.sent.Sub(t.queued).String(), "atredis", t.deadline.Sub(t.sent).String(), "since sent", time.Since(t.sent).String(), "sent at", t.sent.Format("15:04:05.000"))
 			f.health = store.HealthDown
 		}
 		return f

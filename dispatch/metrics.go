@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"quotad/luascript"
 	"quotad/protocol"
 )
 
@@ -48,6 +49,10 @@ const (
 	keyKey         = "key"
 	keyHealedTotal = "healed_total"
 	keyCheck       = "check" // a check's place in its take, from 1
+	keyNode        = "redis_node"
+	keyWhy         = "why"
+	keyScripts     = "scripts"
+	keyBytes       = "bytes"
 )
 
 // decisionSampling bounds the decision log: in each second, the first
@@ -68,6 +73,7 @@ type metrics struct {
 	queueDuration prometheus.Histogram
 	batchSize     prometheus.Histogram
 	redisErrors   *prometheus.CounterVec
+	scriptLoads   *prometheus.CounterVec
 	inflight      prometheus.Gauge
 	logDropped    prometheus.Counter
 
@@ -124,6 +130,10 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 		Name: "quotad_redis_errors_total",
 		Help: "Redis commands that failed, by kind: timeout, connection, refused (LOADING, READONLY, OOM and the like, counting each decision of a batch script call Redis refused so).",
 	}, []string{"kind"})
+	m.scriptLoads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotad_script_loads_total",
+		Help: "Scripts the sidecar loaded into Redis (SCRIPT LOAD), by why: connect (a node it connected to lacked them) or noscript (a call found one missing, after a SCRIPT FLUSH).",
+	}, []string{"why"})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "quotad_inflight_requests",
 		Help: "Requests being answered now.",
@@ -137,7 +147,7 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 	m.durationOf.of = func(op string) prometheus.Observer { return m.duration.WithLabelValues(op) }
 	if opts.Registry != nil {
 		opts.Registry.MustRegister(m.decisions, m.requests, m.localDenials, m.duration, m.redisDuration, m.queueDuration, m.batchSize,
-			m.redisErrors, m.inflight, m.logDropped,
+			m.redisErrors, m.scriptLoads, m.inflight, m.logDropped,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "quotad_healed_keys_total",
 				Help: "Quota keys found without a TTL and given one back.",
@@ -146,6 +156,9 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 	// Series that exist from the start, so a dashboard shows 0, not nothing.
 	for _, k := range []string{"timeout", "connection", "refused"} {
 		m.redisErrors.WithLabelValues(k)
+	}
+	for _, why := range []string{luascript.LoadConnect, luascript.LoadNoScript} {
+		m.scriptLoads.WithLabelValues(why)
 	}
 	if opts.LogDecisions == LogDecisionsDenied || opts.LogDecisions == LogDecisionsAll {
 		m.logAll = opts.LogDecisions == LogDecisionsAll

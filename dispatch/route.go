@@ -121,7 +121,7 @@ func (d *Dispatcher) alone(dec *Decision, r route) {
 		d.end(dec, err)
 		return
 	}
-	client = d.metrics.instrument(client)
+	client = d.client(client)
 	if r == routeSteps {
 		dec.trip.sent = time.Now()
 		d.metrics.queued(dec)

@@ -88,6 +88,8 @@ type clusterHealth struct {
 	from string
 	// pings are the PINGs in flight; run waits for them before it returns.
 	pings sync.WaitGroup
+	// mapChanged, when set, is called when a new slot map is published.
+	mapChanged func()
 }
 
 // slotMap is one reading of the cluster's slot owners; never changed once
@@ -152,6 +154,20 @@ func (s *Store) Nodes() []NodeHealth {
 		out[i] = NodeHealth{Addr: n.addr, Up: n.health.Load() == healthUp}
 	}
 	return out
+}
+
+// SlotOwner is the address of the master that serves hash slot slot, as
+// the store last read the slot map, or "" when the store is not a
+// Cluster's or no master serves the slot.
+func (s *Store) SlotOwner(slot uint16) string {
+	ch := s.cluster.Load()
+	if ch == nil {
+		return ""
+	}
+	if n := ch.slots.Load().slots[slot]; n != nil {
+		return n.addr
+	}
+	return ""
 }
 
 // admit is Store.Admit on a Cluster.
@@ -415,6 +431,9 @@ func (ch *clusterHealth) readSlots(ctx context.Context, nodes map[string]rueidis
 	ch.slots.Store(m)
 	ch.readFast()
 	ch.summarize()
+	if ch.mapChanged != nil {
+		ch.mapChanged()
+	}
 	ch.log.Log(ch.topologyLevel, "redis cluster slot map changed", zap.Strings("owners", ownerAddrs(m.owners)))
 	var fresh, gone []*clusterNode
 	for _, n := range m.owners {

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -62,6 +64,17 @@ type Store struct {
 	timeout time.Duration
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
+
+	// onConnect is told of the nodes in dialed (OnConnect).
+	onConnect atomic.Pointer[func(addr string, node rueidis.Client)]
+	// dialed are the nodes connected to again (or all nodes, "") that
+	// onConnect has not been told of; connected wakes the goroutine that
+	// tells it. lost are the nodes a connection to was closed since the
+	// last dial to them.
+	dialedMu  sync.Mutex
+	dialed    map[string]bool
+	lost      map[string]bool
+	connected chan struct{}
 }
 
 // Redis health as the store last saw it. Unknown is a state of its own so
@@ -126,7 +139,8 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 		opts.Logger = zap.NewNop()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Store{log: opts.Logger.Named("store"), timeout: opts.Timeout, stop: cancel, started: make(chan struct{})}
+	s := &Store{log: opts.Logger.Named("store"), timeout: opts.Timeout, stop: cancel, started: make(chan struct{}),
+		dialed: map[string]bool{}, lost: map[string]bool{}, connected: make(chan struct{}, 1)}
 	s.damper.every = opts.ProbeInterval
 	var copt rueidis.ClientOption
 	if opts.RedisURL == "" {
@@ -160,7 +174,7 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	// above the call deadline so --redis-timeout decides, not rueidis.
 	copt.ConnWriteTimeout = max(10*time.Second, 2*opts.Timeout)
 	copt.MaxFlushDelay = opts.FlushDelay
-	copt.DialCtxFn = rawio.Dialer(copt.DialCtxFn)
+	copt.DialCtxFn = s.dialer(rawio.Dialer(copt.DialCtxFn))
 	copt.RetryDelay = s.retryDelay
 	// On a Cluster, rueidis also re-reads its slot map periodically: it
 	// otherwise refreshes only after a failed call or connection, and a
@@ -301,21 +315,26 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+	s.wg.Add(1)
+	go s.tell(ctx)
 	if c.Mode() == rueidis.ClientModeCluster {
 		ch := newClusterHealth(s.log, every, s.timeout, routingRefresh(every))
 		ch.topologyLevel = s.topologyLevel
+		ch.mapChanged = func() { s.dial("") }
 		// The first slot map and node health before the client is
 		// published, so that Admit never runs without them.
 		ch.probe(ctx, c)
 		ch.pings.Wait()
 		s.cluster.Store(ch)
 		s.client.Store(&c)
+		s.dial("")
 		s.setUp(true, true, nil)
 		s.markStarted()
 		ch.run(ctx, c)
 		return
 	}
 	s.client.Store(&c)
+	s.dial("")
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -325,6 +344,102 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// OnConnect has fn told, on a goroutine of the store's, of every node of
+// Redis the client connects to, with the client that sends to that node
+// alone (rueidis.Client.Nodes): every node the client knows once it is
+// connected (at once when it already is), a node again whenever a
+// connection to it replaces one that was closed (Redis restarted, or the
+// link broke), and
+// every node again when a Cluster's slot map changes (a replica was
+// promoted). Package luascript's Loader puts the scripts there before
+// decisions need them. A later call replaces fn; nil stops the telling.
+func (s *Store) OnConnect(fn func(addr string, node rueidis.Client)) {
+	if fn == nil {
+		s.onConnect.Store(nil)
+		return
+	}
+	s.onConnect.Store(&fn)
+	s.dial("")
+}
+
+// dialer wraps the client's dial function: a connection to a node that
+// replaces one that was closed (Redis restarted, or the link broke) has
+// onConnect told of the node; one that adds to those open (rueidis opens
+// its connections as calls need them) does not. rueidis dials while it
+// holds its own locks, so the telling happens later, on tell's goroutine.
+func (s *Store) dialer(dial func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error)) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	return func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+		nc, err := dial(ctx, dst, d, cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.dialedMu.Lock()
+		again := s.lost[dst]
+		delete(s.lost, dst)
+		s.dialedMu.Unlock()
+		if again {
+			s.dial(dst)
+		}
+		return &watchedConn{Conn: nc, s: s, addr: dst}, nil
+	}
+}
+
+// watchedConn is a connection to a Redis node whose Close is noted: the
+// next connection to the node replaces it.
+type watchedConn struct {
+	net.Conn
+	s    *Store
+	addr string
+	once sync.Once
+}
+
+func (c *watchedConn) Close() error {
+	c.once.Do(func() {
+		c.s.dialedMu.Lock()
+		c.s.lost[c.addr] = true
+		c.s.dialedMu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// dial marks addr ("" for every node) as newly connected.
+func (s *Store) dial(addr string) {
+	s.dialedMu.Lock()
+	s.dialed[addr] = true
+	s.dialedMu.Unlock()
+	select {
+	case s.connected <- struct{}{}:
+	default:
+	}
+}
+
+// tell tells onConnect of the nodes dial marked, once the client is
+// published and onConnect set, until ctx ends.
+func (s *Store) tell(ctx context.Context) {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.connected:
+		}
+		fn, c := s.onConnect.Load(), s.client.Load()
+		if fn == nil || c == nil {
+			continue // OnConnect and the client's publication call dial again
+		}
+		s.dialedMu.Lock()
+		dialed := s.dialed
+		s.dialed = map[string]bool{}
+		s.dialedMu.Unlock()
+		nodes := (*c).Nodes()
+		for addr, node := range nodes {
+			if dialed[""] || dialed[addr] {
+				(*fn)(addr, node)
+			}
 		}
 	}
 }

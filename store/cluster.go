@@ -88,8 +88,13 @@ type clusterHealth struct {
 	from string
 	// pings are the PINGs in flight; run waits for them before it returns.
 	pings sync.WaitGroup
-	// mapChanged, when set, is called when a new slot map is published.
+	// mapChanged, when set, is called when a new slot map is published,
+	// and newNode when the client first knows a node (a replica that
+	// joined or finished its sync shows only there: the slot map names
+	// the masters).
 	mapChanged func()
+	newNode    func(addr string)
+	known      map[string]bool // the nodes the client knew (run goroutine only)
 }
 
 // slotMap is one reading of the cluster's slot owners; never changed once
@@ -123,7 +128,7 @@ func (e *nodeDownError) Error() string {
 func (e *nodeDownError) Unwrap() error { return ErrBreakerOpen }
 
 func newClusterHealth(log *zap.Logger, every, timeout, routing time.Duration) *clusterHealth {
-	ch := &clusterHealth{log: log, every: every, timeout: timeout, staleFor: routing + time.Second + timeout}
+	ch := &clusterHealth{log: log, every: every, timeout: timeout, staleFor: routing + time.Second + timeout, known: map[string]bool{}}
 	ch.slots.Store(&slotMap{byAddr: map[string]*clusterNode{}})
 	return ch
 }
@@ -344,6 +349,14 @@ func (ch *clusterHealth) run(ctx context.Context, c rueidis.Client) {
 // client's own connection to it.
 func (ch *clusterHealth) probe(ctx context.Context, c rueidis.Client) {
 	nodes := c.Nodes()
+	for addr := range nodes {
+		if !ch.known[addr] {
+			ch.known[addr] = true
+			if ch.newNode != nil {
+				ch.newNode(addr)
+			}
+		}
+	}
 	ch.readSlots(ctx, nodes)
 	ch.ping(ctx, nodes, ch.slots.Load().owners, true)
 }

@@ -321,6 +321,7 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 		ch := newClusterHealth(s.log, every, s.timeout, routingRefresh(every))
 		ch.topologyLevel = s.topologyLevel
 		ch.mapChanged = func() { s.dial("") }
+		ch.newNode = s.dial
 		// The first slot map and node health before the client is
 		// published, so that Admit never runs without them.
 		ch.probe(ctx, c)
@@ -353,9 +354,9 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 // alone (rueidis.Client.Nodes): every node the client knows once it is
 // connected (at once when it already is), a node again whenever a
 // connection to it replaces one that was closed (Redis restarted, or the
-// link broke), and
-// every node again when a Cluster's slot map changes (a replica was
-// promoted). Package luascript's Loader puts the scripts there before
+// link broke), a Cluster's node when the client first knows it (a replica
+// that joined or finished its sync), and every node again when a
+// Cluster's slot map changes (a replica was promoted). Package luascript's Loader puts the scripts there before
 // decisions need them. A later call replaces fn; nil stops the telling.
 func (s *Store) OnConnect(fn func(addr string, node rueidis.Client)) {
 	if fn == nil {

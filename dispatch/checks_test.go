@@ -238,6 +238,12 @@ func TestClassifyKindAndHealth(t *testing.T) {
 		{"timeout after queueing less than a quarter", timeout, patient, protocol.CodeUnavailable, "timeout", store.HealthDown},
 		{"timeout after queueing more than a quarter", timeout, impatient, protocol.CodeUnavailable, "timeout", store.HealthNone},
 		{"timeout of a request's own deadline", timeout, own, protocol.CodeUnavailable, "timeout", store.HealthNone},
+		// Held back while its script was loaded: sent late, it had less.
+		{"timeout after waiting for the script", &luascript.HeldError{Sent: now.Add(300 * time.Millisecond), Err: timeout}, full,
+			protocol.CodeUnavailable, "timeout", store.HealthNone},
+		{"timeout after a short wait for the script", &luascript.HeldError{Sent: now.Add(10 * time.Millisecond), Err: timeout}, full,
+			protocol.CodeUnavailable, "timeout", store.HealthDown},
+		{"script not loaded in time", fmt.Errorf("take: %w", luascript.ErrNotLoaded), full, protocol.CodeUnavailable, "", store.HealthNone},
 		{"redis refusal", &rueidis.RedisError{}, full, protocol.CodeInternal, "", store.HealthUp},
 		{"lost connection", errors.New("connection reset"), full, protocol.CodeUnavailable, "connection", store.HealthDown},
 		{"caller gave up", context.Canceled, full, protocol.CodeUnavailable, "", store.HealthNone},

@@ -88,7 +88,7 @@ func (d *Dispatcher) classify(err error, t *trip) failure {
 		return failure{code: protocol.CodeUnavailable, message: err.Error() + ": the request was not run"}
 	case errors.Is(err, context.DeadlineExceeded):
 		f := failure{code: protocol.CodeUnavailable, message: "redis did not answer in time", unknown: true, kind: "timeout"}
-		if t != nil && d.fair(t) {
+		if t != nil && d.fair(held(err, t)) {
 			f.health = store.HealthDown
 		}
 		return f
@@ -133,6 +133,18 @@ func (d *Dispatcher) classify(err error, t *trip) failure {
 // three quarters of the deadline never counts against Redis.
 func (d *Dispatcher) fair(t *trip) bool {
 	return !t.own && t.sent.Sub(t.queued) <= d.patience()
+}
+
+// held is t, with when the call was last sent when the script loader held
+// it back (luascript.HeldError): the wait for its script is time inside
+// quotad, not at Redis.
+func held(err error, t *trip) *trip {
+	if at := luascript.SentAt(err); !at.IsZero() {
+		h := *t
+		h.sent = at
+		return &h
+	}
+	return t
 }
 
 // fail makes o the error answer to err.
@@ -197,7 +209,7 @@ func (d *Dispatcher) undecided(dec *Decision, err error) {
 // store's health (on a Cluster, the health of the node that serves key).
 func (d *Dispatcher) observe(key string, err error, t *trip) {
 	if h := d.classify(err, t).health; h != store.HealthNone {
-		d.store.Observe(key, t.sent, h, err)
+		d.store.Observe(key, held(err, t).sent, h, err)
 	}
 }
 

@@ -109,9 +109,13 @@ type nodeScripts struct {
 }
 
 // flight is one load of a script on a node; err is set before done closes.
+// rtt is the round trip of the call whose NOSCRIPT started it (0 for a
+// check's): a call that waited for it is sent only while its deadline
+// leaves that much.
 type flight struct {
 	done chan struct{}
 	err  error
+	rtt  time.Duration
 }
 
 // text is a script text Redis may be asked to run, by the SHA1 the calls
@@ -219,7 +223,7 @@ func (l *Loader) check(addr string, node rueidis.Client, n *nodeScripts) {
 	if first {
 		// A sidecar that just started: load every script at once, one
 		// round trip sooner than asking first, before the first calls.
-		if l.load(ctx, addr, node, checked, LoadConnect) == nil {
+		if l.load(ctx, addr, node, checked, LoadConnect, 0) == nil {
 			l.mu.Lock()
 			n.checked = true
 			l.mu.Unlock()
@@ -252,7 +256,7 @@ func (l *Loader) check(addr string, node rueidis.Client, n *nodeScripts) {
 		return
 	}
 	if len(missing) > 0 {
-		_ = l.load(ctx, addr, node, missing, LoadConnect)
+		_ = l.load(ctx, addr, node, missing, LoadConnect, 0)
 	}
 }
 
@@ -277,13 +281,14 @@ func (l *Loader) ensure(ctx context.Context, addr string, node rueidis.Client, t
 		return err
 	}
 	l.mu.Unlock()
-	return l.load(ctx, addr, node, []*text{t}, LoadNoScript)
+	return l.load(ctx, addr, node, []*text{t}, LoadNoScript, time.Since(sent))
 }
 
 // landing waits, before a call of t is sent to node addr, for a load of
 // t in flight there, so that the call is not sent only to be answered
-// NOSCRIPT. It returns ErrNotLoaded when ctx ends first: the call is then
-// not sent.
+// NOSCRIPT, and returns errWaited when it did. It returns ErrNotLoaded
+// when ctx ends first, or leaves less than the round trip of the call
+// that started the load: the call is then not sent.
 func (l *Loader) landing(ctx context.Context, addr string, t *text) error {
 	if l.flying.Load() == 0 {
 		return nil
@@ -299,10 +304,53 @@ func (l *Loader) landing(ctx context.Context, addr string, t *text) error {
 	}
 	select {
 	case <-f.done:
-		return nil // a failed load shows as NOSCRIPT, and is handled so
+		// A failed load shows as NOSCRIPT, and is handled so.
 	case <-ctx.Done():
 		return fmt.Errorf("%w (%v)", ErrNotLoaded, ctx.Err())
 	}
+	if at, ok := ctx.Deadline(); ok && time.Until(at) < f.rtt {
+		return fmt.Errorf("%w: the script was loaded too late to send the call", ErrNotLoaded)
+	}
+	return errWaited
+}
+
+// errWaited is landing's report that the call waited for a load: it is
+// sent, and its time at Redis begins now.
+var errWaited = errors.New("waited for the script's load")
+
+// HeldError is the failure of a call that the loader held back while it
+// loaded the call's script (a load in flight, or after NOSCRIPT), with when
+// the call was last sent: its time at Redis began then, not when its
+// caller handed it over, and a timeout of it says only how Redis answered
+// from Sent on.
+type HeldError struct {
+	Sent time.Time
+	Err  error
+}
+
+func (e *HeldError) Error() string { return e.Err.Error() }
+func (e *HeldError) Unwrap() error { return e.Err }
+
+// SentAt is when the call that failed with err was last sent, when the
+// loader held it back (HeldError); the zero time otherwise.
+func SentAt(err error) time.Time {
+	if he, ok := errors.AsType[*HeldError](err); ok {
+		return he.Sent
+	}
+	return time.Time{}
+}
+
+// held marks res, the result of a call the loader held back and sent at
+// sent, when it failed short of an answer from Redis.
+func held(res rueidis.RedisResult, sent time.Time) rueidis.RedisResult {
+	err := res.Error()
+	if err == nil || rueidis.IsRedisNil(err) {
+		return res
+	}
+	if _, reply := rueidis.IsRedisErr(err); reply {
+		return res
+	}
+	return rueidis.NewErrorResult(&HeldError{Sent: sent, Err: err})
 }
 
 // refusedError is Redis's refusal to load a script.
@@ -313,8 +361,9 @@ func (e *refusedError) Unwrap() error { return e.err }
 
 // load loads ts on node (at addr), joining the loads of them in flight,
 // and waits for every one of them, or for ctx. The loads it starts run in
-// one round trip on the loader's goroutine, under the loader's timeout.
-func (l *Loader) load(ctx context.Context, addr string, node rueidis.Client, ts []*text, why string) error {
+// one round trip on the loader's goroutine, under the loader's timeout;
+// rtt is the round trip of the call that asked (0 for none).
+func (l *Loader) load(ctx context.Context, addr string, node rueidis.Client, ts []*text, why string, rtt time.Duration) error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -328,7 +377,7 @@ func (l *Loader) load(ctx context.Context, addr string, node rueidis.Client, ts 
 			wait = append(wait, f)
 			continue
 		}
-		f := &flight{done: make(chan struct{})}
+		f := &flight{done: make(chan struct{}), rtt: rtt}
 		n.flights[t.sha] = f
 		l.flying.Add(1)
 		mine, mineF = append(mine, t), append(mineF, f)
@@ -519,7 +568,10 @@ func (c *loadingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 	if t == nil {
 		return c.Client.Do(ctx, cmd)
 	}
-	if err := c.landed(ctx, cmd, t); err != nil {
+	waited := false
+	if err := c.landed(ctx, cmd, t); err == errWaited {
+		waited = true
+	} else if err != nil {
 		return rueidis.NewErrorResult(err)
 	}
 	// Pinned, so that it can be sent again after the first reply.
@@ -527,6 +579,9 @@ func (c *loadingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 	sent := time.Now()
 	res := c.Client.Do(ctx, cmd)
 	if !noScript(res) {
+		if waited {
+			return held(res, sent)
+		}
 		return res
 	}
 	if err := c.reload(ctx, cmd, t, sent); err != nil {
@@ -535,7 +590,8 @@ func (c *loadingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 		}
 		return rueidis.NewErrorResult(err)
 	}
-	return c.Client.Do(ctx, cmd)
+	resent := time.Now()
+	return held(c.Client.Do(ctx, cmd), resent)
 }
 
 func (c *loadingClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
@@ -549,12 +605,15 @@ func (c *loadingClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) 
 			cmds[i] = cmds[i].Pin()
 		}
 	}
+	waited := false
 	if ts != nil && c.l.flying.Load() > 0 {
 		for i, t := range ts {
 			if t == nil {
 				continue
 			}
-			if err := c.landed(ctx, cmds[i], t); err != nil {
+			if err := c.landed(ctx, cmds[i], t); err == errWaited {
+				waited = true
+			} else if err != nil {
 				// Not sent: every call's result is that it did not run.
 				res := make([]rueidis.RedisResult, len(cmds))
 				for j := range res {
@@ -568,6 +627,11 @@ func (c *loadingClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) 
 	res := c.Client.DoMulti(ctx, cmds...)
 	if ts == nil {
 		return res
+	}
+	if waited {
+		for i := range res {
+			res[i] = held(res[i], sent)
+		}
 	}
 	var again []int
 	for i, t := range ts {
@@ -589,8 +653,9 @@ func (c *loadingClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) 
 	for j, i := range again {
 		resend[j] = cmds[i]
 	}
+	resent := time.Now()
 	for j, r := range c.Client.DoMulti(ctx, resend...) {
-		res[again[j]] = r
+		res[again[j]] = held(r, resent)
 	}
 	return res
 }
@@ -620,7 +685,7 @@ func (c *loadingClient) reload(ctx context.Context, cmd rueidis.Completed, t *te
 }
 
 // landed waits for a load of t in flight on the node that serves cmd
-// (Loader.landing).
+// (Loader.landing); errWaited when it did.
 func (c *loadingClient) landed(ctx context.Context, cmd rueidis.Completed, t *text) error {
 	if c.l.flying.Load() == 0 {
 		return nil

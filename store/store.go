@@ -74,6 +74,7 @@ type Store struct {
 	dialedMu  sync.Mutex
 	dialed    map[string]bool
 	lost      map[string]bool
+	seen      map[string]bool // the nodes ever connected to
 	connected chan struct{}
 }
 
@@ -140,7 +141,7 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{log: opts.Logger.Named("store"), timeout: opts.Timeout, stop: cancel, started: make(chan struct{}),
-		dialed: map[string]bool{}, lost: map[string]bool{}, connected: make(chan struct{}, 1)}
+		dialed: map[string]bool{}, lost: map[string]bool{}, seen: map[string]bool{}, connected: make(chan struct{}, 1)}
 	s.damper.every = opts.ProbeInterval
 	var copt rueidis.ClientOption
 	if opts.RedisURL == "" {
@@ -352,7 +353,8 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 // OnConnect has fn told, on a goroutine of the store's, of every node of
 // Redis the client connects to, with the client that sends to that node
 // alone (rueidis.Client.Nodes): every node the client knows once it is
-// connected (at once when it already is), a node again whenever a
+// connected (at once when it already is), a node the client first
+// connects to later (a Sentinel's new master), a node again whenever a
 // connection to it replaces one that was closed (Redis restarted, or the
 // link broke), a Cluster's node when the client first knows it (a replica
 // that joined or finished its sync), and every node again when a
@@ -367,10 +369,11 @@ func (s *Store) OnConnect(fn func(addr string, node rueidis.Client)) {
 	s.dial("")
 }
 
-// dialer wraps the client's dial function: a connection to a node that
-// replaces one that was closed (Redis restarted, or the link broke) has
-// onConnect told of the node; one that adds to those open (rueidis opens
-// its connections as calls need them) does not. rueidis dials while it
+// dialer wraps the client's dial function: the first connection to a node
+// (a Sentinel's new master) and one that replaces a connection that was
+// closed (Redis restarted, or the link broke) have onConnect told of the
+// node; one that adds to those open (rueidis opens its connections as
+// calls need them) does not. rueidis dials while it
 // holds its own locks, so the telling happens later, on tell's goroutine.
 func (s *Store) dialer(dial func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error)) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
 	return func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
@@ -379,10 +382,11 @@ func (s *Store) dialer(dial func(context.Context, string, *net.Dialer, *tls.Conf
 			return nil, err
 		}
 		s.dialedMu.Lock()
-		again := s.lost[dst]
+		tell := s.lost[dst] || !s.seen[dst]
 		delete(s.lost, dst)
+		s.seen[dst] = true
 		s.dialedMu.Unlock()
-		if again {
+		if tell {
 			s.dial(dst)
 		}
 		return &watchedConn{Conn: nc, s: s, addr: dst}, nil

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"sync"
+	"time"
 
 	"quotad/luascript"
 )
@@ -9,28 +10,50 @@ import (
 // batcher sends the decisions of every connection to Redis in shared
 // batches: one ExecBatch carries every call that came while the earlier
 // batches were at Redis, as one script call per Redis node (per hash slot
-// on a Cluster) that decides each in turn, each as atomically as alone. At most batchRunners batches are at Redis at once; a
-// decision that comes while they are joins the next one, which goes as
-// soon as a runner is free. Under load batches grow with the load; alone, a
-// decision goes at once.
+// on a Cluster) that decides each in turn, each as atomically as alone.
+// Usually batchRunners batches are at Redis at once; a decision that comes
+// while they are joins the next one, which goes as soon as a runner is
+// free. Under load batches grow with the load; alone, a decision goes at
+// once.
+//
+// Queueing is bounded: a decision that has waited patience (a quarter of
+// --redis-timeout, route.go) for a runner goes in a batch of its own even though
+// batchRunners batches are at Redis, up to maxBatchesInFlight. A slow
+// round trip (latency on the link) holds the runners without keeping
+// Redis busy, and waiting for one of them to come back would spend the
+// decisions' deadline inside quotad: with the bound, a decision has at
+// least three quarters of its deadline at Redis whatever the latency, and
+// only then does its running out count against Redis's health (fair).
 //
 // A decision is never answered later than --redis-timeout after Run: a
 // batch's deadline is its oldest decision's, and a batch whose decisions
-// waited out their deadline, or waited while Redis went down, is answered
-// as not run without being sent.
+// waited out their deadline (every runner busy past it), or waited while
+// Redis went down, is answered as not run without being sent.
 type batcher struct {
 	d       *Dispatcher
 	mu      sync.Mutex
 	cond    sync.Cond
 	pending []*Decision
 	closed  bool
-	wg      sync.WaitGroup
+	// busy counts the batches at Redis now.
+	busy int
+	// wake wakes the runners when the oldest decision will have waited
+	// patience; armed says it is set.
+	wake  *time.Timer
+	armed bool
+	wg    sync.WaitGroup
 }
 
-// batchRunners is how many batches may be at Redis at once. One leaves
-// Redis idle while a batch's replies travel back and the next batch
-// travels there; two keep it busy. More measured the same as two.
+// batchRunners is how many batches are at Redis at once while decisions
+// wait less than patience. One leaves Redis idle while a batch's replies
+// travel back and the next batch travels there; two keep it busy. More
+// measured the same as two.
 const batchRunners = 2
+
+// maxBatchesInFlight bounds the batches at Redis at once when decisions
+// have waited patience: each holds a runner, a goroutine waiting for its
+// reply.
+const maxBatchesInFlight = 8
 
 // maxBatch bounds the decisions of one batch, so that one batch holds
 // Redis (and the replies of its first decisions) only briefly: at most one
@@ -40,7 +63,14 @@ const maxBatch = luascript.MaxBatch
 func (b *batcher) start(d *Dispatcher) {
 	b.d = d
 	b.cond.L = &b.mu
-	for range batchRunners {
+	b.wake = time.AfterFunc(time.Hour, func() {
+		b.mu.Lock()
+		b.armed = false
+		b.mu.Unlock()
+		b.cond.Broadcast()
+	})
+	b.wake.Stop()
+	for range maxBatchesInFlight {
 		b.wg.Add(1)
 		go b.run()
 	}
@@ -66,6 +96,7 @@ func (b *batcher) close() {
 	b.mu.Unlock()
 	b.cond.Broadcast()
 	b.wg.Wait()
+	b.wake.Stop()
 }
 
 func (b *batcher) run() {
@@ -74,23 +105,53 @@ func (b *batcher) run() {
 	var calls []luascript.Call
 	for {
 		b.mu.Lock()
-		for len(b.pending) == 0 && !b.closed {
+		for !b.mayGoLocked() {
+			if b.closed && len(b.pending) == 0 {
+				b.mu.Unlock()
+				return
+			}
 			b.cond.Wait()
-		}
-		if len(b.pending) == 0 {
-			b.mu.Unlock()
-			return
 		}
 		n := min(len(b.pending), maxBatch)
 		batch = append(batch[:0], b.pending[:n]...)
 		rest := copy(b.pending, b.pending[n:])
 		clear(b.pending[rest:])
 		b.pending = b.pending[:rest]
+		b.busy++
 		b.mu.Unlock()
 		calls = b.send(batch, calls[:0])
 		clear(batch)
 		clear(calls)
+		b.mu.Lock()
+		b.busy--
+		b.mu.Unlock()
+		b.cond.Signal()
 	}
+}
+
+// mayGoLocked reports whether a runner may take a batch now: decisions
+// wait, and fewer than batchRunners batches are at Redis, or the oldest
+// decision has waited patience and fewer than maxBatchesInFlight are, or
+// the batcher is closing. Otherwise, while decisions wait, it arms the
+// wake-up for when the oldest will have waited patience.
+func (b *batcher) mayGoLocked() bool {
+	switch {
+	case len(b.pending) == 0:
+		return false
+	case b.busy < batchRunners || b.closed:
+		return true
+	case b.busy >= maxBatchesInFlight:
+		return false
+	}
+	wait := b.d.patience() - time.Since(b.pending[0].queued)
+	if wait <= 0 {
+		return true
+	}
+	if !b.armed {
+		b.armed = true
+		b.wake.Reset(wait)
+	}
+	return false
 }
 
 // send answers a batch's decisions, and returns calls for reuse.
@@ -116,10 +177,11 @@ func (b *batcher) send(batch []*Decision, calls []luascript.Call) []luascript.Ca
 	}
 	for _, dec := range batch {
 		dec.trip = batch[0].trip
+		d.metrics.queued(dec)
 		calls = append(calls, dec.call)
 	}
 	d.metrics.batchSize.Observe(float64(len(batch)))
-	client = d.metrics.instrument(client)
+	client = d.client(client)
 	span := d.callSpan(callBatch, batch...)
 	if len(calls) == 1 {
 		res := calls[0].Exec(ctx, client)

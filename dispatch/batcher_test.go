@@ -28,7 +28,7 @@ func TestBatchThatCannotRunInTimeIsNotSent(t *testing.T) {
 			dec.queued = time.Now().Add(-d.opts.RedisTimeout) // it waited its whole deadline
 		}},
 		{"breaker opened", func(_ *Dispatcher, st *store.Store, _ *Decision) {
-			st.Observe("", store.HealthDown, errors.New("connection refused"))
+			st.Observe("", time.Time{}, store.HealthDown, errors.New("connection refused"))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -217,6 +217,10 @@ func TestClassifyKindAndHealth(t *testing.T) {
 	now := time.Now()
 	full := &trip{queued: now, sent: now, deadline: now.Add(time.Second)}
 	queued := &trip{queued: now, sent: now.Add(600 * time.Millisecond), deadline: now.Add(time.Second)}
+	// The batcher's patience is a quarter of the deadline: a call sent
+	// within it had three quarters of the deadline at Redis.
+	patient := &trip{queued: now, sent: now.Add(200 * time.Millisecond), deadline: now.Add(time.Second)}
+	impatient := &trip{queued: now, sent: now.Add(300 * time.Millisecond), deadline: now.Add(time.Second)}
 	own := &trip{queued: now, sent: now, deadline: now.Add(100 * time.Millisecond), own: true}
 	timeout := fmt.Errorf("take: %w", context.DeadlineExceeded)
 	for _, tc := range []struct {
@@ -231,7 +235,15 @@ func TestClassifyKindAndHealth(t *testing.T) {
 		{"script error", &luascript.Error{Code: luascript.CodeConflict, Message: "x"}, full, protocol.CodeConflict, "", store.HealthUp},
 		{"timeout with the whole deadline at redis", timeout, full, protocol.CodeUnavailable, "timeout", store.HealthDown},
 		{"timeout after queueing most of the deadline", timeout, queued, protocol.CodeUnavailable, "timeout", store.HealthNone},
+		{"timeout after queueing less than a quarter", timeout, patient, protocol.CodeUnavailable, "timeout", store.HealthDown},
+		{"timeout after queueing more than a quarter", timeout, impatient, protocol.CodeUnavailable, "timeout", store.HealthNone},
 		{"timeout of a request's own deadline", timeout, own, protocol.CodeUnavailable, "timeout", store.HealthNone},
+		// Held back while its script was loaded: sent late, it had less.
+		{"timeout after waiting for the script", &luascript.HeldError{Sent: now.Add(300 * time.Millisecond), Err: timeout}, full,
+			protocol.CodeUnavailable, "timeout", store.HealthNone},
+		{"timeout after a short wait for the script", &luascript.HeldError{Sent: now.Add(10 * time.Millisecond), Err: timeout}, full,
+			protocol.CodeUnavailable, "timeout", store.HealthDown},
+		{"script not loaded in time", fmt.Errorf("take: %w", luascript.ErrNotLoaded), full, protocol.CodeUnavailable, "", store.HealthNone},
 		{"redis refusal", &rueidis.RedisError{}, full, protocol.CodeInternal, "", store.HealthUp},
 		{"lost connection", errors.New("connection reset"), full, protocol.CodeUnavailable, "connection", store.HealthDown},
 		{"caller gave up", context.Canceled, full, protocol.CodeUnavailable, "", store.HealthNone},

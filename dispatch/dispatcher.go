@@ -57,6 +57,8 @@ type Dispatcher struct {
 	metrics *metrics
 	healed  atomic.Int64
 	tracer  trace.Tracer // nil when tracing is off
+	// scripts puts the scripts into Redis before the calls need them.
+	scripts *luascript.Loader
 }
 
 // New returns a dispatcher; Close stops it.
@@ -87,12 +89,44 @@ func New(opts Options) *Dispatcher {
 		d.tracer = opts.Tracer.Tracer(tracerName)
 	}
 	d.metrics = newMetrics(d, opts)
+	d.scripts = luascript.NewLoader(luascript.LoaderOptions{Report: d.loaded})
+	if d.store != nil && d.store.Kind() == store.StoreRedis {
+		// The embedded store is in this process: a script it lacks costs
+		// no link, and is loaded when a call finds it missing.
+		d.store.OnConnect(d.scripts.Connected)
+	}
 	d.batch.start(d)
 	return d
 }
 
-// Close stops the batcher once the decisions submitted are answered.
-func (d *Dispatcher) Close() { d.batch.close() }
+// Close stops the batcher once the decisions submitted are answered, and
+// the script loads.
+func (d *Dispatcher) Close() {
+	d.batch.close()
+	if d.store != nil {
+		d.store.OnConnect(nil)
+	}
+	d.scripts.Close()
+}
+
+// client is the store's client as the decisions send through it: timed
+// (metrics.go), and with the scripts loaded into Redis when a node answers
+// NOSCRIPT (luascript.Loader).
+func (d *Dispatcher) client(c rueidis.Client) rueidis.Client {
+	return d.scripts.Client(d.metrics.instrument(c), d.store.SlotOwner)
+}
+
+// loaded logs and counts what a check or load of a node's scripts did.
+func (d *Dispatcher) loaded(r luascript.LoadReport) {
+	d.metrics.scriptLoads.WithLabelValues(r.Why).Add(float64(r.Scripts))
+	if r.Err != nil {
+		d.log.Warn("could not load the scripts into redis", zap.String(keyNode, r.Addr), zap.String(keyWhy, r.Why),
+			zap.Int(keyScripts, r.Scripts), zap.Error(r.Err))
+		return
+	}
+	d.log.Info("loaded scripts into redis", zap.String(keyNode, r.Addr), zap.String(keyWhy, r.Why),
+		zap.Int(keyScripts, r.Scripts), zap.Int(keyBytes, r.Bytes))
+}
 
 // SetConfig swaps the policies in use. Decisions already resolved keep the
 // config they started with; the next request sees the new one.

@@ -83,9 +83,12 @@ func (d *Dispatcher) classify(err error, t *trip) failure {
 		return failure{code: protocol.CodeShuttingDown, message: err.Error()}
 	case errors.Is(err, context.Canceled) && d.shutting():
 		return failure{code: protocol.CodeShuttingDown, message: "the sidecar shut down before redis answered", unknown: true}
+	case errors.Is(err, luascript.ErrNotLoaded):
+		// NOSCRIPT ran nothing, and the call was not sent again.
+		return failure{code: protocol.CodeUnavailable, message: err.Error() + ": the request was not run"}
 	case errors.Is(err, context.DeadlineExceeded):
 		f := failure{code: protocol.CodeUnavailable, message: "redis did not answer in time", unknown: true, kind: "timeout"}
-		if t != nil && d.fair(t) {
+		if t != nil && d.fair(held(err, t)) {
 			f.health = store.HealthDown
 		}
 		return f
@@ -122,10 +125,26 @@ func (d *Dispatcher) classify(err error, t *trip) failure {
 
 // fair reports whether a call had time enough at Redis for its running
 // out to say that Redis is slow: its deadline was --redis-timeout's, not a
-// request's shorter one, and at least half of it was left when the call
-// was sent (a call that waited behind earlier batches may have had less).
+// request's shorter one, and it waited inside quotad no longer than the
+// batcher's patience before it was sent, so that it had at least three
+// quarters of the deadline at Redis. A call that waited longer (every
+// runner busy) had less, and its running out says that the round trip is
+// longer than what was left, not that Redis failed: a steady latency below
+// three quarters of the deadline never counts against Redis.
 func (d *Dispatcher) fair(t *trip) bool {
-	return !t.own && t.deadline.Sub(t.sent) >= d.opts.RedisTimeout/2
+	return !t.own && t.sent.Sub(t.queued) <= d.patience()
+}
+
+// held is t, with when the call was last sent when the script loader held
+// it back (luascript.HeldError): the wait for its script is time inside
+// quotad, not at Redis.
+func held(err error, t *trip) *trip {
+	if at := luascript.SentAt(err); !at.IsZero() {
+		h := *t
+		h.sent = at
+		return &h
+	}
+	return t
 }
 
 // fail makes o the error answer to err; its error log line, if any, has
@@ -191,7 +210,7 @@ func (d *Dispatcher) undecided(dec *Decision, err error) {
 // store's health (on a Cluster, the health of the node that serves key).
 func (d *Dispatcher) observe(key string, err error, t *trip) {
 	if h := d.classify(err, t).health; h != store.HealthNone {
-		d.store.Observe(key, h, err)
+		d.store.Observe(key, held(err, t).sent, h, err)
 	}
 }
 

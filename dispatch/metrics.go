@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"quotad/luascript"
 	"quotad/protocol"
 )
 
@@ -48,6 +49,10 @@ const (
 	keyKey         = "key"
 	keyHealedTotal = "healed_total"
 	keyCheck       = "check" // a check's place in its take, from 1
+	keyNode        = "redis_node"
+	keyWhy         = "why"
+	keyScripts     = "scripts"
+	keyBytes       = "bytes"
 )
 
 // decisionSampling bounds the decision log: in each second, the first
@@ -65,8 +70,10 @@ type metrics struct {
 	localDenials  prometheus.Counter
 	duration      *prometheus.HistogramVec
 	redisDuration prometheus.Histogram
+	queueDuration prometheus.Histogram
 	batchSize     prometheus.Histogram
 	redisErrors   *prometheus.CounterVec
+	scriptLoads   *prometheus.CounterVec
 	inflight      prometheus.Gauge
 	logDropped    prometheus.Counter
 
@@ -109,6 +116,11 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 		Help:    "Time of each Redis command the requests send (EVALSHA, and EVAL when a script was missing).",
 		Buckets: latency,
 	})
+	m.queueDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "quotad_redis_queue_seconds",
+		Help:    "Time each decision sent to Redis waited inside quotad, from its arrival to the send of its script call: behind the batches at Redis. Its deadline counts from its arrival; only the rest is time at Redis.",
+		Buckets: latency,
+	})
 	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "quotad_redis_batch_requests",
 		Help:    "Decisions sent to Redis together, per batch: those that came while earlier batches were at Redis.",
@@ -118,6 +130,10 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 		Name: "quotad_redis_errors_total",
 		Help: "Redis commands that failed, by kind: timeout, connection, refused (LOADING, READONLY, OOM and the like, counting each decision of a batch script call Redis refused so).",
 	}, []string{"kind"})
+	m.scriptLoads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotad_script_loads_total",
+		Help: "Scripts the sidecar loaded into Redis (SCRIPT LOAD), by why: connect (a node it connected to lacked them) or noscript (a call found one missing, after a SCRIPT FLUSH).",
+	}, []string{"why"})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "quotad_inflight_requests",
 		Help: "Requests being answered now.",
@@ -130,8 +146,8 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 	m.requestsOf.of = func(l [2]string) prometheus.Counter { return m.requests.WithLabelValues(l[0], l[1]) }
 	m.durationOf.of = func(op string) prometheus.Observer { return m.duration.WithLabelValues(op) }
 	if opts.Registry != nil {
-		opts.Registry.MustRegister(m.decisions, m.requests, m.localDenials, m.duration, m.redisDuration, m.batchSize,
-			m.redisErrors, m.inflight, m.logDropped,
+		opts.Registry.MustRegister(m.decisions, m.requests, m.localDenials, m.duration, m.redisDuration, m.queueDuration, m.batchSize,
+			m.redisErrors, m.scriptLoads, m.inflight, m.logDropped,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "quotad_healed_keys_total",
 				Help: "Quota keys found without a TTL and given one back.",
@@ -140,6 +156,9 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 	// Series that exist from the start, so a dashboard shows 0, not nothing.
 	for _, k := range []string{"timeout", "connection", "refused"} {
 		m.redisErrors.WithLabelValues(k)
+	}
+	for _, why := range []string{luascript.LoadConnect, luascript.LoadNoScript} {
+		m.scriptLoads.WithLabelValues(why)
 	}
 	if opts.LogDecisions == LogDecisionsDenied || opts.LogDecisions == LogDecisionsAll {
 		m.logAll = opts.LogDecisions == LogDecisionsAll
@@ -239,6 +258,12 @@ func (m *metrics) observeCheck(dec *Decision, i int, elapsed time.Duration) {
 	fields = append(fields, zap.Int64(keyLatencyUS, elapsed.Microseconds()))
 	fields = append(fields, dec.traceLog()...)
 	m.decisionLog.Info("decision", fields...)
+}
+
+// queued records how long dec waited inside quotad before its call was
+// sent (dec.trip.sent).
+func (m *metrics) queued(dec *Decision) {
+	m.queueDuration.Observe(dec.trip.sent.Sub(dec.queued).Seconds())
 }
 
 // ObserveRefused counts a request the server refused itself, before the

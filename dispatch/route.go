@@ -82,6 +82,13 @@ func (d *Dispatcher) deadline(req *protocol.Request, from time.Time) (at time.Ti
 	return from.Add(d.opts.RedisTimeout), false
 }
 
+// patience is how long a decision waits inside quotad for a batch to go
+// while batchRunners batches are at Redis (batcher.go): a quarter of
+// --redis-timeout, so that a call sent within it has three quarters of its
+// deadline at Redis, enough for its running out to count against Redis's
+// health (fair).
+func (d *Dispatcher) patience() time.Duration { return d.opts.RedisTimeout / 4 }
+
 // trip is the timing of one script call, from which its failure is
 // judged (classify): a call that had little of its deadline at Redis says
 // little of Redis's health when it runs out.
@@ -114,13 +121,16 @@ func (d *Dispatcher) alone(dec *Decision, r route) {
 		d.end(dec, err)
 		return
 	}
-	client = d.metrics.instrument(client)
+	client = d.client(client)
 	if r == routeSteps {
+		dec.trip.sent = time.Now()
+		d.metrics.queued(dec)
 		d.steps(dec, client)
 		return
 	}
 	ctx, cancel := d.depart(dec, dec.queued)
 	defer cancel()
+	d.metrics.queued(dec)
 	span := d.callSpan(callAlone, dec)
 	var res rueidis.RedisResult
 	if r == routeOneNode {

@@ -91,8 +91,14 @@ func BatchText() string { return batchScript.src }
 // at most MaxBatch per call; a call alone in its group goes as its own
 // script (Exec's command), which Redis runs for less. All the commands go
 // in one DoMulti. A batch Redis did not run because it does not hold the
-// batch script (NOSCRIPT, after a restart or failover) is sent once more
-// with EVAL: it ran nothing, so no decision runs twice. Any other failure
+// batch script (NOSCRIPT, after a restart, a failover or SCRIPT FLUSH)
+// ran nothing: through a Loader's client (Loader.Client) the script is
+// loaded on that node once, whatever the number of batches that found it
+// missing, and the batch is sent again as EVALSHA, or answered
+// ErrNotLoaded, not run, when its deadline does not allow it. Only when
+// Redis refuses to load it (or without a Loader) is the batch sent once
+// more with EVAL, carrying the whole text. Either way no decision runs
+// twice. Any other failure
 // of a batch call (a lost connection, a timeout) is every one of its
 // calls' result: whether they ran is unknown, and none is resent.
 func ExecBatch(ctx context.Context, client rueidis.Client, calls []Call) []rueidis.RedisResult {

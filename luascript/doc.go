@@ -202,8 +202,9 @@
 // its element of the batch's reply, the others untouched. ExecBatch groups
 // calls by Redis node (by hash slot on a Cluster, keyslot.Of), at most
 // MaxBatch a call, sends a group of one as its own script, sends every
-// group in one DoMulti, resends a group once with EVAL on NOSCRIPT (it ran
-// nothing) and never otherwise. Under maxmemory a decision's first write
+// group in one DoMulti, resends a group once on NOSCRIPT (it ran nothing;
+// through a Loader's client, as EVALSHA once the script is loaded, see
+// loader.go) and never otherwise. Under maxmemory a decision's first write
 // is refused only while no earlier decision of the call wrote, as its own
 // OOM error; batch.lua has the argument. Every decision of a call reads
 // the same instant of Redis's clock (redis_now), the clock Redis expires

@@ -1,6 +1,7 @@
 package luascript
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -27,6 +28,12 @@ var (
 	ErrRequestIDsFull = &Error{Code: CodeRequestIDsFull}
 	ErrMalformedReply = &Error{Code: CodeMalformedReply}
 )
+
+// ErrNotLoaded is the result of a call that Redis did not run because it
+// did not hold the script (NOSCRIPT), when the script could not be loaded
+// into Redis (Loader) in time to send the call again within its deadline.
+// Nothing ran.
+var ErrNotLoaded = errors.New("redis did not hold the script and it could not be loaded in time")
 
 // Error is a decision a script refused to make, or a reply no script of
 // this package sends (CodeMalformedReply). A refusal means the decision was

@@ -11,10 +11,11 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// scripts are every script the package runs; a new one is added here. Exec
-// loads a script on its first NOSCRIPT by itself; Load exists so that
-// readiness can prove, before traffic arrives, that Redis accepts them
-// (scripting enabled, no ACL refusing EVAL, not out of memory).
+// scripts are every script the package runs; a new one is added here. A
+// Loader puts them into Redis before the calls need them (and again, once,
+// when a node answers NOSCRIPT); Load exists so that readiness can prove,
+// before traffic arrives, that Redis accepts them (scripting enabled, no
+// ACL refusing EVAL, not out of memory).
 var scripts = []*script{
 	fixedWindowTake, fixedWindowPeek,
 	tokenBucketTake, tokenBucketPeek,

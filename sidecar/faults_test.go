@@ -152,15 +152,14 @@ func TestSlowRedisAnswersOutcomeUnknownAndARetryConsumesOnce(t *testing.T) {
 	}
 }
 
-// evalCalls is how many EVAL and EVAL_RO commands Redis has run: each is a
-// fallback after NOSCRIPT, since the scripts are sent by their SHA first.
-func evalCalls(t *testing.T, r *redistest.Server) int64 {
+// commandCalls is how many times Redis has run the commands named (as
+// INFO commandstats names them: "eval", "script|load").
+func commandCalls(t *testing.T, r *redistest.Server, cmds ...string) int64 {
 	t.Helper()
 	info := redisString(t, r, "INFO", "commandstats")
 	var n int64
-	// Peeks are read-only scripts, sent as EVALSHA_RO and resent as EVAL_RO.
-	for _, cmd := range []string{"cmdstat_eval:calls=", "cmdstat_eval_ro:calls="} {
-		_, rest, found := strings.Cut(info, cmd)
+	for _, cmd := range cmds {
+		_, rest, found := strings.Cut(info, "cmdstat_"+cmd+":calls=")
 		if !found {
 			continue
 		}
@@ -171,6 +170,20 @@ func evalCalls(t *testing.T, r *redistest.Server) int64 {
 		n += calls
 	}
 	return n
+}
+
+// evalCalls is how many EVAL and EVAL_RO commands Redis has run: each
+// sends a script's whole text. Peeks are read-only scripts, sent as
+// EVALSHA_RO.
+func evalCalls(t *testing.T, r *redistest.Server) int64 {
+	t.Helper()
+	return commandCalls(t, r, "eval", "eval_ro")
+}
+
+// scriptLoads is how many SCRIPT LOADs Redis has run.
+func scriptLoads(t *testing.T, r *redistest.Server) int64 {
+	t.Helper()
+	return commandCalls(t, r, "script|load")
 }
 
 func TestScriptFlushIsInvisibleToClients(t *testing.T) {
@@ -185,7 +198,7 @@ func TestScriptFlushIsInvisibleToClients(t *testing.T) {
 	if got := c.call(`{"op":"peek","subject":"flush","limit":5,"window_ms":60000}`); !got.OK || got.Used != 1 {
 		t.Fatalf("peek = %+v", got)
 	}
-	evals := evalCalls(t, r)
+	evals, loads := evalCalls(t, r), scriptLoads(t, r)
 	redisOK(t, r, "SCRIPT", "FLUSH")
 	if got := c.call(inlineTake("2", "flush", 5, "")); !got.OK || !got.Allowed || got.Used != 2 {
 		t.Fatalf("take after SCRIPT FLUSH = %+v, want allowed with used 2", got)
@@ -193,8 +206,13 @@ func TestScriptFlushIsInvisibleToClients(t *testing.T) {
 	if got := c.call(`{"op":"peek","subject":"flush","limit":5,"window_ms":60000}`); !got.OK || got.Used != 2 {
 		t.Fatalf("peek after SCRIPT FLUSH = %+v, want used 2", got)
 	}
-	if got := evalCalls(t, r); got != evals+2 {
-		t.Fatalf("EVAL calls went from %d to %d, want one fallback each for the take and the peek", evals, got)
+	// Each found its script missing, had it loaded and was sent again:
+	// no call carried a script's text.
+	if got := scriptLoads(t, r); got != loads+2 {
+		t.Fatalf("SCRIPT LOADs went from %d to %d, want one each for the take's and the peek's script", loads, got)
+	}
+	if got := evalCalls(t, r); got != evals {
+		t.Fatalf("EVAL calls went from %d to %d, want none", evals, got)
 	}
 }
 
@@ -224,8 +242,13 @@ func TestRedisRestartWithEmptyScriptCacheIsInvisibleToClients(t *testing.T) {
 		}
 		return true
 	})
-	if evalCalls(t, r) == 0 {
-		t.Fatal("the restarted Redis ran no EVAL: the script cache was not empty, so the test proved nothing")
+	// The restarted Redis (whose stats start again) got the scripts back
+	// by SCRIPT LOAD, not from calls carrying their text.
+	if scriptLoads(t, r) == 0 {
+		t.Fatal("the restarted Redis ran no SCRIPT LOAD: the script cache was not empty, so the test proved nothing")
+	}
+	if n := evalCalls(t, r); n != 0 {
+		t.Fatalf("the restarted Redis ran %d EVALs, want none", n)
 	}
 }
 

@@ -43,11 +43,18 @@ type breaker struct {
 // how many successful probes in a row close the breaker now. Only the probe
 // closes an open breaker: a call that started before it opened and was
 // answered late does not, so that the damping of a flapping Redis holds.
-func (b *breaker) set(up, probe bool, err error) (changed bool, need int) {
+// Likewise a call sent before the probe last closed it (sent, zero when
+// unknown), which failed late, does not open it again: it says how Redis
+// was before the close, and counting it as a flap would hold the breaker
+// open for probes more after Redis came back.
+func (b *breaker) set(up, probe bool, sent time.Time, err error) (changed bool, need int) {
 	next := healthDown
 	if up {
 		next = healthUp
 	} else {
+		if !probe && b.damper.closedAfter(sent) {
+			return false, 0
+		}
 		b.noteErr(false, err)
 	}
 	// Every call reports here: read first, so the steady state costs no
@@ -59,7 +66,7 @@ func (b *breaker) set(up, probe bool, err error) (changed bool, need int) {
 	// probe never counts toward closing a breaker whose damping is not set,
 	// and a late answer never closes a breaker that opened meanwhile.
 	b.damper.mu.Lock()
-	if up && !probe && b.health.Load() == healthDown {
+	if up && !probe && b.health.Load() == healthDown || !up && !probe && b.damper.closedAfterLocked(sent) {
 		b.damper.mu.Unlock()
 		return false, 0
 	}
@@ -84,12 +91,12 @@ func (b *breaker) set(up, probe bool, err error) (changed bool, need int) {
 func (b *breaker) probed(err error) (changed bool, need int) {
 	if err != nil && !isRedisReply(err) {
 		b.damper.probeFailed()
-		return b.set(false, true, err)
+		return b.set(false, true, time.Time{}, err)
 	}
 	if b.health.Load() == healthDown && !b.damper.probeOK(time.Now()) {
 		return false, 0
 	}
-	return b.set(true, true, nil)
+	return b.set(true, true, time.Time{}, nil)
 }
 
 // noteErr remembers why Redis is down, or forgets it once Redis is up. The
@@ -140,6 +147,21 @@ func (d *damper) openedLocked(now time.Time, closedBefore bool) {
 		return
 	}
 	d.need = 1
+}
+
+// closedAfter reports whether a probe closed the breaker after sent (zero:
+// unknown, never).
+func (d *damper) closedAfter(sent time.Time) bool {
+	if sent.IsZero() {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closedAfterLocked(sent)
+}
+
+func (d *damper) closedAfterLocked(sent time.Time) bool {
+	return !sent.IsZero() && sent.Before(d.closedAt)
 }
 
 // probeFailed restarts the count of successful probes.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -68,16 +69,42 @@ func TestLateAnswerNeverClosesTheBreaker(t *testing.T) {
 	st := &Store{kind: StoreRedis, log: zap.NewNop()}
 	st.damper.every = time.Second
 	st.setUp(true, true, nil)
-	st.Observe("k", HealthDown, errors.New("connection reset"))
+	st.Observe("k", time.Time{}, HealthDown, errors.New("connection reset"))
 	if st.Up() {
 		t.Fatal("a transport error left the breaker closed")
 	}
-	st.Observe("k", HealthUp, nil)
+	st.Observe("k", time.Time{}, HealthUp, nil)
 	if st.Up() || st.LastError() == nil {
 		t.Fatalf("a late answer closed the breaker (up %v) or cleared why it opened (%v)", st.Up(), st.LastError())
 	}
 	st.setUp(true, true, nil)
 	if !st.Up() || st.LastError() != nil {
 		t.Fatalf("the probe did not close the breaker (up %v, last error %v)", st.Up(), st.LastError())
+	}
+}
+
+// A call sent before the probe closed the breaker, which failed after the
+// close, does not open it again: it tells how Redis was before, and
+// counting it as a flap would double the probes the next close needs. A
+// call sent after the close that fails opens it.
+func TestFailureFromBeforeTheCloseNeverReopensTheBreaker(t *testing.T) {
+	st := &Store{kind: StoreRedis, log: zap.NewNop()}
+	st.damper.every = time.Second
+	st.setUp(true, true, nil)
+	sent := time.Now()
+	st.Observe("k", sent, HealthDown, errors.New("connection reset"))
+	if st.Up() {
+		t.Fatal("a transport error left the breaker closed")
+	}
+	for !st.Up() {
+		st.probed(nil)
+	}
+	st.Observe("k", sent, HealthDown, context.DeadlineExceeded)
+	if !st.Up() || st.LastError() != nil {
+		t.Fatalf("a call from before the close reopened the breaker (up %v, last error %v)", st.Up(), st.LastError())
+	}
+	st.Observe("k", time.Now(), HealthDown, context.DeadlineExceeded)
+	if st.Up() {
+		t.Fatal("a call sent after the close failed and left the breaker closed")
 	}
 }

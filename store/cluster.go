@@ -88,6 +88,13 @@ type clusterHealth struct {
 	from string
 	// pings are the PINGs in flight; run waits for them before it returns.
 	pings sync.WaitGroup
+	// mapChanged, when set, is called when a new slot map is published,
+	// and newNode when the client first knows a node (a replica that
+	// joined or finished its sync shows only there: the slot map names
+	// the masters).
+	mapChanged func()
+	newNode    func(addr string)
+	known      map[string]bool // the nodes the client knew (run goroutine only)
 }
 
 // slotMap is one reading of the cluster's slot owners; never changed once
@@ -121,7 +128,7 @@ func (e *nodeDownError) Error() string {
 func (e *nodeDownError) Unwrap() error { return ErrBreakerOpen }
 
 func newClusterHealth(log *zap.Logger, every, timeout, routing time.Duration) *clusterHealth {
-	ch := &clusterHealth{log: log, every: every, timeout: timeout, staleFor: routing + time.Second + timeout}
+	ch := &clusterHealth{log: log, every: every, timeout: timeout, staleFor: routing + time.Second + timeout, known: map[string]bool{}}
 	ch.slots.Store(&slotMap{byAddr: map[string]*clusterNode{}})
 	return ch
 }
@@ -152,6 +159,20 @@ func (s *Store) Nodes() []NodeHealth {
 		out[i] = NodeHealth{Addr: n.addr, Up: n.health.Load() == healthUp}
 	}
 	return out
+}
+
+// SlotOwner is the address of the master that serves hash slot slot, as
+// the store last read the slot map, or "" when the store is not a
+// Cluster's or no master serves the slot.
+func (s *Store) SlotOwner(slot uint16) string {
+	ch := s.cluster.Load()
+	if ch == nil {
+		return ""
+	}
+	if n := ch.slots.Load().slots[slot]; n != nil {
+		return n.addr
+	}
+	return ""
 }
 
 // admit is Store.Admit on a Cluster.
@@ -191,7 +212,7 @@ func (ch *clusterHealth) lastError() error {
 // within ch.staleFor of the slot leaving an owner that is down (a
 // failover): rueidis may still have sent the call to the old owner, and
 // its failure must not stop the promoted replica.
-func (ch *clusterHealth) observe(key string, up bool, err error) {
+func (ch *clusterHealth) observe(key string, sent time.Time, up bool, err error) {
 	m := ch.slots.Load()
 	slot := keyslot.Of(key)
 	n := m.slots[slot]
@@ -200,7 +221,7 @@ func (ch *clusterHealth) observe(key string, up bool, err error) {
 			ch.stale.Store(true)
 		}
 		if n != nil {
-			ch.set(n, true, false, nil)
+			ch.set(n, true, false, time.Time{}, nil)
 		}
 		return
 	}
@@ -213,7 +234,7 @@ func (ch *clusterHealth) observe(key string, up bool, err error) {
 		n = p
 	}
 	if n != nil {
-		ch.set(n, false, false, err)
+		ch.set(n, false, false, sent, err)
 	}
 }
 
@@ -253,8 +274,8 @@ func dialedAddr(err error) string {
 
 // set moves n's breaker (see breaker.set), logging and summarising a
 // change.
-func (ch *clusterHealth) set(n *clusterNode, up, probe bool, err error) {
-	changed, need := n.set(up, probe, err)
+func (ch *clusterHealth) set(n *clusterNode, up, probe bool, sent time.Time, err error) {
+	changed, need := n.set(up, probe, sent, err)
 	ch.changed(n, changed, up, need, err)
 }
 
@@ -328,6 +349,14 @@ func (ch *clusterHealth) run(ctx context.Context, c rueidis.Client) {
 // client's own connection to it.
 func (ch *clusterHealth) probe(ctx context.Context, c rueidis.Client) {
 	nodes := c.Nodes()
+	for addr := range nodes {
+		if !ch.known[addr] {
+			ch.known[addr] = true
+			if ch.newNode != nil {
+				ch.newNode(addr)
+			}
+		}
+	}
 	ch.readSlots(ctx, nodes)
 	ch.ping(ctx, nodes, ch.slots.Load().owners, true)
 }
@@ -415,6 +444,9 @@ func (ch *clusterHealth) readSlots(ctx context.Context, nodes map[string]rueidis
 	ch.slots.Store(m)
 	ch.readFast()
 	ch.summarize()
+	if ch.mapChanged != nil {
+		ch.mapChanged()
+	}
 	ch.log.Log(ch.topologyLevel, "redis cluster slot map changed", zap.Strings("owners", ownerAddrs(m.owners)))
 	var fresh, gone []*clusterNode
 	for _, n := range m.owners {

@@ -47,7 +47,7 @@ func TestClusterFailureStopsOnlyItsNode(t *testing.T) {
 	refusedB := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2}, Err: errors.New("connection refused")}
 
 	// A call on a's slot that rueidis sent to b (an older slot map).
-	ch.observe(onA, false, refusedB)
+	ch.observe(onA, time.Time{}, false, refusedB)
 	if err := ch.admit(onA); err != nil {
 		t.Errorf("admit(a's key) = %v after b refused a connection, want nil", err)
 	}
@@ -63,13 +63,13 @@ func TestClusterFailureStopsOnlyItsNode(t *testing.T) {
 	}
 
 	// A timeout names no node: it counts against the slot's owner.
-	ch.observe(onA, false, context.DeadlineExceeded)
+	ch.observe(onA, time.Time{}, false, context.DeadlineExceeded)
 	if !errors.Is(ch.admit(onA), ErrBreakerOpen) || ch.anyUp() {
 		t.Errorf("after a timeout on a's key: admit %v, anyUp %v; want breaker open, false", ch.admit(onA), ch.anyUp())
 	}
 
 	// A late answer does not close a breaker; a probe does.
-	ch.observe(onA, true, nil)
+	ch.observe(onA, time.Time{}, true, nil)
 	if ch.admit(onA) == nil {
 		t.Error("a late answer closed a's breaker")
 	}
@@ -83,8 +83,8 @@ func TestClusterFailureStopsOnlyItsNode(t *testing.T) {
 // owner starts unknown, which Admit lets through.
 func TestClusterSlotMapKeepsKnownOwners(t *testing.T) {
 	ch, onA, onB := testClusterHealth(t)
-	ch.observe(onA, false, context.DeadlineExceeded)
-	ch.observe(onB, false, context.DeadlineExceeded)
+	ch.observe(onA, time.Time{}, false, context.DeadlineExceeded)
+	ch.observe(onB, time.Time{}, false, context.DeadlineExceeded)
 	old := ch.slots.Load()
 	// b:1 died and 127.0.0.1:3 took over its slots.
 	m := buildSlotMap([]slotRange{{0, 8191, "127.0.0.1:1"}, {8192, 16383, "127.0.0.1:3"}}, old, time.Second)
@@ -106,7 +106,7 @@ func TestClusterSlotMapKeepsKnownOwners(t *testing.T) {
 	// Soon after the change, a timeout on b's old slots may come from a
 	// call rueidis still sent to b, which is down: it does not stop the
 	// new owner.
-	ch.observe(onB, false, context.DeadlineExceeded)
+	ch.observe(onB, time.Time{}, false, context.DeadlineExceeded)
 	if err := ch.admit(onB); err != nil {
 		t.Errorf("admit on the new owner's slot = %v after a timeout right after the change, want nil", err)
 	}
@@ -114,7 +114,7 @@ func TestClusterSlotMapKeepsKnownOwners(t *testing.T) {
 	later := *m
 	later.at = time.Now().Add(-ch.staleFor)
 	ch.slots.Store(&later)
-	ch.observe(onB, false, context.DeadlineExceeded)
+	ch.observe(onB, time.Time{}, false, context.DeadlineExceeded)
 	if err := ch.admit(onB); !errors.Is(err, ErrBreakerOpen) || !strings.Contains(err.Error(), "127.0.0.1:3") {
 		t.Errorf("admit on the new owner's slot = %v after a later timeout, want its breaker open", err)
 	}
@@ -128,7 +128,7 @@ func TestStandaloneCheckIsTheBreaker(t *testing.T) {
 	if err := st.Admit("any"); err != nil {
 		t.Fatalf("Admit with Redis up = %v", err)
 	}
-	st.Observe("other", HealthDown, errors.New("connection reset"))
+	st.Observe("other", time.Time{}, HealthDown, errors.New("connection reset"))
 	if err := st.Admit("any"); !errors.Is(err, ErrBreakerOpen) {
 		t.Fatalf("Admit with the breaker open = %v, want ErrBreakerOpen", err)
 	}
@@ -203,7 +203,7 @@ func TestClusterStoreFailover(t *testing.T) {
 		if err == nil || isRedisReply(err) {
 			h = HealthUp
 		}
-		st.Observe(onDead, h, err)
+		st.Observe(onDead, time.Time{}, h, err)
 		return err == nil
 	})
 	if st.LastError() != nil {

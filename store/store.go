@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -62,6 +64,18 @@ type Store struct {
 	timeout time.Duration
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
+
+	// onConnect is told of the nodes in dialed (OnConnect).
+	onConnect atomic.Pointer[func(addr string, node rueidis.Client)]
+	// dialed are the nodes connected to again (or all nodes, "") that
+	// onConnect has not been told of; connected wakes the goroutine that
+	// tells it. lost are the nodes a connection to was closed since the
+	// last dial to them.
+	dialedMu  sync.Mutex
+	dialed    map[string]bool
+	lost      map[string]bool
+	seen      map[string]bool // the nodes ever connected to
+	connected chan struct{}
 }
 
 // Redis health as the store last saw it. Unknown is a state of its own so
@@ -126,7 +140,8 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 		opts.Logger = zap.NewNop()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Store{log: opts.Logger.Named("store"), timeout: opts.Timeout, stop: cancel, started: make(chan struct{})}
+	s := &Store{log: opts.Logger.Named("store"), timeout: opts.Timeout, stop: cancel, started: make(chan struct{}),
+		dialed: map[string]bool{}, lost: map[string]bool{}, seen: map[string]bool{}, connected: make(chan struct{}, 1)}
 	s.damper.every = opts.ProbeInterval
 	var copt rueidis.ClientOption
 	if opts.RedisURL == "" {
@@ -160,7 +175,7 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 	// above the call deadline so --redis-timeout decides, not rueidis.
 	copt.ConnWriteTimeout = max(10*time.Second, 2*opts.Timeout)
 	copt.MaxFlushDelay = opts.FlushDelay
-	copt.DialCtxFn = rawio.Dialer(copt.DialCtxFn)
+	copt.DialCtxFn = s.dialer(rawio.Dialer(copt.DialCtxFn))
 	copt.RetryDelay = s.retryDelay
 	// On a Cluster, rueidis also re-reads its slot map periodically: it
 	// otherwise refreshes only after a failed call or connection, and a
@@ -243,27 +258,28 @@ const (
 	HealthDown
 )
 
-// Observe records what a call on key found, h, with its error (nil for
-// none): an answer from Redis means the Redis serving key is up, and a
+// Observe records what a call on key sent at sent (zero when unknown)
+// found, h, with its error (nil for none): an answer from Redis means the Redis serving key is up, and a
 // failure that it is not. On a Cluster an error reply that says the slot
 // map moved has the map read again, and a failure to reach another node
 // than key's slot owner (the client's slot map was older) counts against
 // that node.
-func (s *Store) Observe(key string, h Health, err error) {
+func (s *Store) Observe(key string, sent time.Time, h Health, err error) {
 	if h == HealthNone {
 		return
 	}
 	if ch := s.cluster.Load(); ch != nil {
-		ch.observe(key, h == HealthUp, err)
+		ch.observe(key, sent, h == HealthUp, err)
 		return
 	}
-	s.setUp(h == HealthUp, false, err)
+	changed, need := s.set(h == HealthUp, false, sent, err)
+	s.logChange(changed, h == HealthUp, need, err)
 }
 
 // setUp moves the one breaker's health to up or down (see breaker.set) and
 // logs a change.
 func (s *Store) setUp(up, probe bool, err error) {
-	changed, need := s.set(up, probe, err)
+	changed, need := s.set(up, probe, time.Time{}, err)
 	s.logChange(changed, up, need, err)
 }
 
@@ -300,21 +316,27 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+	s.wg.Add(1)
+	go s.tell(ctx)
 	if c.Mode() == rueidis.ClientModeCluster {
 		ch := newClusterHealth(s.log, every, s.timeout, routingRefresh(every))
 		ch.topologyLevel = s.topologyLevel
+		ch.mapChanged = func() { s.dial("") }
+		ch.newNode = s.dial
 		// The first slot map and node health before the client is
 		// published, so that Admit never runs without them.
 		ch.probe(ctx, c)
 		ch.pings.Wait()
 		s.cluster.Store(ch)
 		s.client.Store(&c)
+		s.dial("")
 		s.setUp(true, true, nil)
 		s.markStarted()
 		ch.run(ctx, c)
 		return
 	}
 	s.client.Store(&c)
+	s.dial("")
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -324,6 +346,105 @@ func (s *Store) run(ctx context.Context, copt rueidis.ClientOption, every time.D
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// OnConnect has fn told, on a goroutine of the store's, of every node of
+// Redis the client connects to, with the client that sends to that node
+// alone (rueidis.Client.Nodes): every node the client knows once it is
+// connected (at once when it already is), a node the client first
+// connects to later (a Sentinel's new master), a node again whenever a
+// connection to it replaces one that was closed (Redis restarted, or the
+// link broke), a Cluster's node when the client first knows it (a replica
+// that joined or finished its sync), and every node again when a
+// Cluster's slot map changes (a replica was promoted). Package luascript's Loader puts the scripts there before
+// decisions need them. A later call replaces fn; nil stops the telling.
+func (s *Store) OnConnect(fn func(addr string, node rueidis.Client)) {
+	if fn == nil {
+		s.onConnect.Store(nil)
+		return
+	}
+	s.onConnect.Store(&fn)
+	s.dial("")
+}
+
+// dialer wraps the client's dial function: the first connection to a node
+// (a Sentinel's new master) and one that replaces a connection that was
+// closed (Redis restarted, or the link broke) have onConnect told of the
+// node; one that adds to those open (rueidis opens its connections as
+// calls need them) does not. rueidis dials while it
+// holds its own locks, so the telling happens later, on tell's goroutine.
+func (s *Store) dialer(dial func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error)) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	return func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+		nc, err := dial(ctx, dst, d, cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.dialedMu.Lock()
+		tell := s.lost[dst] || !s.seen[dst]
+		delete(s.lost, dst)
+		s.seen[dst] = true
+		s.dialedMu.Unlock()
+		if tell {
+			s.dial(dst)
+		}
+		return &watchedConn{Conn: nc, s: s, addr: dst}, nil
+	}
+}
+
+// watchedConn is a connection to a Redis node whose Close is noted: the
+// next connection to the node replaces it.
+type watchedConn struct {
+	net.Conn
+	s    *Store
+	addr string
+	once sync.Once
+}
+
+func (c *watchedConn) Close() error {
+	c.once.Do(func() {
+		c.s.dialedMu.Lock()
+		c.s.lost[c.addr] = true
+		c.s.dialedMu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// dial marks addr ("" for every node) as newly connected.
+func (s *Store) dial(addr string) {
+	s.dialedMu.Lock()
+	s.dialed[addr] = true
+	s.dialedMu.Unlock()
+	select {
+	case s.connected <- struct{}{}:
+	default:
+	}
+}
+
+// tell tells onConnect of the nodes dial marked, once the client is
+// published and onConnect set, until ctx ends.
+func (s *Store) tell(ctx context.Context) {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.connected:
+		}
+		fn, c := s.onConnect.Load(), s.client.Load()
+		if fn == nil || c == nil {
+			continue // OnConnect and the client's publication call dial again
+		}
+		s.dialedMu.Lock()
+		dialed := s.dialed
+		s.dialed = map[string]bool{}
+		s.dialedMu.Unlock()
+		nodes := (*c).Nodes()
+		for addr, node := range nodes {
+			if dialed[""] || dialed[addr] {
+				(*fn)(addr, node)
+			}
 		}
 	}
 }

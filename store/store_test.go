@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -145,5 +146,53 @@ func TestEmbeddedStoreTopologyIsDebug(t *testing.T) {
 		if tc.url == "" && logs.FilterMessage("redis cluster slot map changed").Len() == 0 {
 			t.Errorf("embedded store: no slot map line at debug (logs %v)", logs.All())
 		}
+	}
+}
+
+// OnConnect is told of every node once the client is connected, and of a
+// node again when a connection to it replaces one that was closed (a
+// Redis restart empties its script cache), not of the connections rueidis
+// adds as calls need them.
+func TestOnConnectTellsOfEveryReconnection(t *testing.T) {
+	r := redistest.Start(t)
+	p := redistest.StartFaultProxy(t, r.Addr())
+	st, err := OpenStore(StoreOptions{RedisURL: p.URL(), ProbeInterval: 20 * time.Millisecond, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	type event struct {
+		addr string
+		at   time.Time
+	}
+	told := make(chan event, 16)
+	st.OnConnect(func(addr string, node rueidis.Client) {
+		if node == nil {
+			t.Error("OnConnect got no client for", addr)
+		}
+		told <- event{addr, time.Now()}
+	})
+	next := func(what string) event {
+		t.Helper()
+		select {
+		case ev := <-told:
+			if ev.addr != p.Addr() {
+				t.Fatalf("OnConnect told of %s, want %s", ev.addr, p.Addr())
+			}
+			return ev
+		case <-time.After(20 * time.Second):
+			t.Fatalf("OnConnect was not told of %s", what)
+		}
+		return event{}
+	}
+	next("the node once connected")
+	accepted := p.Accepted()
+	reset := time.Now()
+	p.Reset()
+	// The probe reconnects.
+	for ev := next("the reconnection"); ev.at.Before(reset); ev = next("the reconnection") {
+	}
+	if p.Accepted() == accepted {
+		t.Fatal("no new connection after the reset")
 	}
 }

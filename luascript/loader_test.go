@@ -1,0 +1,168 @@
+package luascript_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"quotad/integration/redistest"
+	"quotad/luascript"
+)
+
+// commandCalls is how many times srv ran the command named cmd
+// ("script|load", "eval") since its stats were last reset.
+func commandCalls(t *testing.T, srv *redistest.Server, cmd string) int64 {
+	t.Helper()
+	info, err := srv.Do(t, "INFO", "commandstats").ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			calls, _, _ := strings.Cut(rest, ",")
+			n, err := strconv.ParseInt(calls, 10, 64)
+			if err != nil {
+				t.Fatalf("commandstats line %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+func sha(src string) string {
+	sum := sha1.Sum([]byte(src))
+	return hex.EncodeToString(sum[:])
+}
+
+// allLoaded reports whether srv holds every script.
+func allLoaded(t *testing.T, c rueidis.Client) bool {
+	t.Helper()
+	var shas []string
+	for _, src := range luascript.Sources() {
+		shas = append(shas, sha(src))
+	}
+	v, err := c.Do(t.Context(), c.B().ScriptExists().Sha1(shas...).Build()).AsIntSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range v {
+		if x != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// After SCRIPT FLUSH, calls through a Loader's client that find their
+// script missing have it loaded once, however many of them find it
+// missing at once, and are sent again as EVALSHA: no call carries the
+// script's text (no EVAL), and every call runs.
+func TestLoaderLoadsAMissingScriptOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	l := luascript.NewLoader(luascript.LoaderOptions{})
+	t.Cleanup(l.Close)
+	lc := l.Client(c, nil)
+	srcs := luascript.Sources()
+	// The batch script (the last) and another, called alone and in a
+	// DoMulti: with no arguments, each runs and refuses them.
+	batch, other := sha(srcs[len(srcs)-1]), sha(srcs[0])
+	if err := c.Do(t.Context(), c.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	srv.ResetStats(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for range 50 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res := lc.DoMulti(ctx, lc.B().Evalsha().Sha1(batch).Numkeys(1).Key("k").Build(),
+				lc.B().Evalsha().Sha1(other).Numkeys(1).Key("k").Build())
+			res = append(res, lc.Do(ctx, lc.B().Evalsha().Sha1(other).Numkeys(1).Key("k").Build()))
+			for _, r := range res {
+				if re, ok := rueidis.IsRedisErr(r.Error()); r.Error() != nil && (!ok || re.IsNoScript()) {
+					errs <- r.Error()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a call did not run: %v", err)
+	}
+	if n := commandCalls(t, srv, "script|load"); n != 2 {
+		t.Fatalf("%d SCRIPT LOADs for 2 missing scripts, want one each", n)
+	}
+	if n := commandCalls(t, srv, "eval"); n != 0 {
+		t.Fatalf("%d calls sent the script's text (EVAL), want none", n)
+	}
+}
+
+// Connected loads every script a node lacks: all of them the first time,
+// and afterwards only those SCRIPT EXISTS says are missing.
+func TestLoaderConnectedLoadsWhatANodeLacks(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	reports := make(chan luascript.LoadReport, 16)
+	l := luascript.NewLoader(luascript.LoaderOptions{Report: func(r luascript.LoadReport) { reports <- r }})
+	t.Cleanup(l.Close)
+	var addr string
+	var node rueidis.Client
+	for a, n := range c.Nodes() {
+		addr, node = a, n
+	}
+	n := len(luascript.Sources())
+	if err := c.Do(t.Context(), c.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	l.Connected(addr, node)
+	if r := <-reports; r.Err != nil || r.Scripts != n || r.Why != luascript.LoadConnect || r.Addr != addr {
+		t.Fatalf("first check: %+v, want %d scripts loaded on %s", r, n, addr)
+	}
+	if !allLoaded(t, c) {
+		t.Fatal("a script is missing after the first check")
+	}
+	// One script gone: the next check loads that one alone.
+	srcs := luascript.Sources()
+	if err := c.Do(t.Context(), c.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range srcs[1:] {
+		if err := c.Do(t.Context(), c.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.ResetStats(t)
+	l.Connected(addr, node)
+	if r := <-reports; r.Err != nil || r.Scripts != 1 || r.Bytes != len(srcs[0]) {
+		t.Fatalf("second check: %+v, want the one missing script loaded", r)
+	}
+	if !allLoaded(t, c) {
+		t.Fatal("a script is missing after the second check")
+	}
+	if got := commandCalls(t, srv, "script|load"); got != 1 {
+		t.Fatalf("%d SCRIPT LOADs for one missing script", got)
+	}
+}

@@ -27,13 +27,16 @@ var scripts = []*script{
 }
 
 // sources are the scripts' texts, prelude included, as Redis holds them,
-// and the batch script's (batch.go), which composes the others.
+// and the batch scripts' (batch.go), which compose the others.
 var sources = func() []string {
-	srcs := make([]string, len(scripts), len(scripts)+1)
+	srcs := make([]string, len(scripts), len(scripts)+len(batches))
 	for i, s := range scripts {
 		srcs[i] = s.src
 	}
-	return append(srcs, batchScript.src)
+	for _, b := range batches {
+		srcs = append(srcs, b.src)
+	}
+	return srcs
 }()
 
 // Load runs SCRIPT LOAD for every script on every node the client knows

@@ -62,8 +62,8 @@ func TestBatchScriptsArePerAlgorithm(t *testing.T) {
 			t.Errorf("%s decides no script", b.name)
 		}
 		t.Logf("%s: %d bytes, %d bodies", b.name, len(b.src), len(b.index))
-		if b.name != "batch_take_checks.lua" && len(b.src) > 48_000 {
-			t.Errorf("%s is %d bytes, want at most 48,000", b.name, len(b.src))
+		if b.name != "batch_take_checks.lua" && len(b.src) > 42_000 {
+			t.Errorf("%s is %d bytes, want at most 42,000", b.name, len(b.src))
 		}
 	}
 	for _, alg := range algorithms {

@@ -201,8 +201,8 @@
 // arguments and runs its body under pcall. There is one batch script per
 // algorithm, and one for the take of several limits and its give back
 // (batchFamilies), so that after Redis lost its scripts a batch has only
-// its own algorithm's batch script loaded (about 30 to 45 KB, against
-// about 685 KB for every script). A decision in a batch is the same code
+// its own algorithm's batch script loaded (about 27 to 40 KB, against
+// about 660 KB for every script). A decision in a batch is the same code
 // as alone and answers what its lone script would: its reply, or its
 // error as its element of the batch's reply, the others untouched.
 // ExecBatch groups calls by batch script and by Redis node (by hash slot

@@ -27,13 +27,59 @@ const maxCount = 255
 const maxRefs = 4096
 
 //go:embed batch.lua
-var batchDriver string
+var batchDriverSrc string
 
-// batchScript decides several calls, of the scripts that are the prelude
-// then a body, in one script call (batch.lua); batchIndex is each such
-// script's body index in it. The take of several limits is one: its body
-// holds the take bodies it runs (takechecks.go).
-var batchScript, batchIndex = newBatch(scripts)
+// batchDriver is batch.lua without its leading comment, which is for its
+// readers: every batch script carries the driver, and is the shorter to
+// load and to parse for it (the embedded store parses a script's text on
+// every call).
+var batchDriver = func() string {
+	code := batchDriverSrc
+	for strings.HasPrefix(code, "--") {
+		_, code, _ = strings.Cut(code, "\n")
+	}
+	return strings.TrimLeft(code, "\n")
+}()
+
+// batch is one batch script (batch.lua): the scripts it decides, each by
+// its body index in it.
+type batch struct {
+	*script
+	index map[*script]byte
+}
+
+// batchFamilies are the scripts each batch script decides: an algorithm's
+// (its take, peek, settle or release), and the take of several limits with
+// its give back (its body holds the take bodies it runs: takechecks.go).
+// A batch script holds only its own bodies, so that what crosses the link
+// when a node lost its scripts (a restart, a failover, SCRIPT FLUSH) is the
+// batch script the calls need, not every algorithm's.
+var batchFamilies = []struct {
+	name string
+	ss   []*script
+}{
+	{"fixed_window", []*script{fixedWindowTake, fixedWindowPeek, fixedWindowSettle}},
+	{"token_bucket", []*script{tokenBucketTake, tokenBucketPeek, tokenBucketSettle}},
+	{"concurrency", []*script{concurrencyTake, concurrencyPeek, concurrencyRelease}},
+	{"sliding_window", []*script{slidingWindowTake, slidingWindowPeek, slidingWindowSettle}},
+	{"calendar", []*script{calendarTake, calendarPeek, calendarSettle}},
+	{"take_checks", []*script{takeChecks, giveBack}},
+}
+
+// batches are the batch scripts, one a family; batchOf is the batch script
+// that decides each script's calls. A script in none is sent alone.
+var batches, batchOf = func() ([]*batch, map[*script]*batch) {
+	var bs []*batch
+	of := map[*script]*batch{}
+	for _, f := range batchFamilies {
+		b := newBatch("batch_"+f.name+".lua", f.ss)
+		bs = append(bs, b)
+		for s := range b.index {
+			of[s] = b
+		}
+	}
+	return bs, of
+}()
 
 // batchBody is a script's body as a function of KEYS and ARGV: the body
 // file's top-level text, its flags line left out, so that each body stays
@@ -51,11 +97,11 @@ func batchBody(s *script) (fn string, ok bool) {
 	return "function(KEYS, ARGV)\n" + body + "\nend", true
 }
 
-// newBatch composes the batch script of the scripts of ss that are the
-// prelude then a body: the prelude, BODY, which makes the function of each
-// body when the driver first needs it, and the driver. The index is each
-// such script's body number.
-func newBatch(ss []*script) (*script, map[*script]byte) {
+// newBatch composes the batch script name of the scripts of ss that are
+// the prelude then a body: the prelude, BODY, which makes the function of
+// each body when the driver first needs it, and the driver. Its index is
+// each such script's body number.
+func newBatch(name string, ss []*script) *batch {
 	var b strings.Builder
 	b.WriteString(prelude)
 	b.WriteString("\n-- BODY(i) is the function of the i-th body (batch.go).\n")
@@ -74,25 +120,34 @@ func newBatch(ss []*script) (*script, map[*script]byte) {
 		fmt.Fprintf(&b, "  if i == %d then\n    -- %s\n    return %s\n  end\n", n, s.name, fn)
 	}
 	b.WriteString("end\n")
-	fmt.Fprintf(&b, "local NBODIES = %d\nlocal MAX_BATCH = %d\nlocal MAX_REFS = %d\n\n-- batch.lua\n", len(index), MaxBatch, maxRefs)
+	fmt.Fprintf(&b, "local NBODIES = %d\nlocal MAX_BATCH = %d\nlocal MAX_REFS = %d\n\n-- batch.lua (its file's top says what it reads and answers)\n", len(index), MaxBatch, maxRefs)
 	b.WriteString(batchDriver)
 	src := b.String()
-	return &script{name: "batch.lua", src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}, index
+	return &batch{&script{name: name, src: src, sha: sha1Hex(src), lua: rueidis.NewLuaScript(src)}, index}
 }
 
-// BatchText is the batch script's text, as Redis holds it.
-func BatchText() string { return batchScript.src }
+// BatchTexts are the batch scripts' texts, as Redis holds them, by name
+// ("batch_fixed_window.lua").
+func BatchTexts() map[string]string {
+	m := make(map[string]string, len(batches))
+	for _, b := range batches {
+		m[b.name] = b.src
+	}
+	return m
+}
 
 // ExecBatch sends calls of any mix of scripts and returns one result per
 // call, in order, each the reply its call would get alone, for its parser.
 //
-// Calls bound for the same Redis (on a Cluster: the same hash slot) go as
-// one EVALSHA of the batch script (batch.lua), which decides each in turn,
-// at most MaxBatch per call; a call alone in its group goes as its own
-// script (Exec's command), which Redis runs for less. All the commands go
-// in one DoMulti. A batch Redis did not run because it does not hold the
-// batch script (NOSCRIPT, after a restart, a failover or SCRIPT FLUSH)
-// ran nothing: through a Loader's client (Loader.Client) the script is
+// Calls of one algorithm (their batch script's: batchFamilies) bound for
+// the same Redis (on a Cluster: the same hash slot) go as one EVALSHA of
+// that batch script (batch.lua), which decides each in turn, at most
+// MaxBatch per call; a batch of several algorithms is one such call of
+// each. A call alone in its group goes as its own script (Exec's
+// command), which Redis runs for less. All the commands go in one
+// DoMulti. A batch Redis did not run because it does not hold its batch
+// script (NOSCRIPT, after a restart, a failover or SCRIPT FLUSH) ran
+// nothing: through a Loader's client (Loader.Client) that script is
 // loaded on that node once, whatever the number of batches that found it
 // missing, and the batch is sent again as EVALSHA, or answered
 // ErrNotLoaded, not run, when its deadline does not allow it. Only when
@@ -116,7 +171,7 @@ func ExecBatch(ctx context.Context, client rueidis.Client, calls []Call) []rueid
 			continue
 		}
 		keys, args := batchArgs(calls, g)
-		cmds = append(cmds, client.B().Evalsha().Sha1(batchScript.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		cmds = append(cmds, client.B().Evalsha().Sha1(batchOf[calls[g[0]].s].sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
 	var sent []rueidis.RedisResult
 	if len(cmds) > 0 {
@@ -144,7 +199,7 @@ func ExecBatch(ctx context.Context, client rueidis.Client, calls []Call) []rueid
 		cmds = cmds[:0]
 		for _, n := range again {
 			keys, args := batchArgs(calls, groups[n])
-			cmds = append(cmds, client.B().Eval().Script(batchScript.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+			cmds = append(cmds, client.B().Eval().Script(batchOf[calls[groups[n][0]].s].src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 		}
 		for i, r := range client.DoMulti(ctx, cmds...) {
 			splitBatch(res, groups[again[i]], r)
@@ -159,40 +214,35 @@ func ExecBatch(ctx context.Context, client rueidis.Client, calls []Call) []rueid
 }
 
 // groupCalls groups the indexes of calls into script calls: every call
-// whose script the batch knows, by Redis node (by hash slot on a Cluster),
-// in order, at most MaxBatch a group; a call the batch cannot carry (a
-// script outside scripts, too many keys or arguments) is a group of its
-// own. The zero Call is in no group.
+// whose script a batch script decides, by that batch script and by Redis
+// node (by hash slot on a Cluster), in order, at most MaxBatch a group; a
+// call no batch can carry (a script in none, too many keys or arguments)
+// is a group of its own. The zero Call is in no group.
 func groupCalls(cluster bool, calls []Call) [][]int {
-	var groups [][]int
-	var open map[uint16]int // on a Cluster: slot -> its group being filled
-	if cluster {
-		open = map[uint16]int{}
+	type where struct {
+		b    *batch
+		slot uint16 // on a Cluster
 	}
-	filling := -1 // outside a Cluster: the group being filled
+	var groups [][]int
+	open := map[where]int{} // the group being filled of each batch script (and slot)
 	for i, c := range calls {
 		if c.s == nil {
 			continue
 		}
-		if _, ok := batchIndex[c.s]; !ok || len(c.keys) > maxCount || len(c.args) > maxCount || len(c.keys) == 0 {
+		b := batchOf[c.s]
+		if b == nil || len(c.keys) > maxCount || len(c.args) > maxCount || len(c.keys) == 0 {
 			groups = append(groups, []int{i})
 			continue
 		}
-		n, ok := filling, filling >= 0
-		var slot uint16
+		w := where{b: b}
 		if cluster {
-			slot = keyslot.Of(c.keys[0])
-			n, ok = open[slot]
+			w.slot = keyslot.Of(c.keys[0])
 		}
-		if ok && len(groups[n]) < MaxBatch {
+		if n, ok := open[w]; ok && len(groups[n]) < MaxBatch {
 			groups[n] = append(groups[n], i)
 			continue
 		}
-		if cluster {
-			open[slot] = len(groups)
-		} else {
-			filling = len(groups)
-		}
+		open[w] = len(groups)
 		groups = append(groups, make([]int, 1, min(MaxBatch, len(calls)-i)))
 		groups[len(groups)-1][0] = i
 	}
@@ -217,7 +267,7 @@ func batchArgs(calls []Call, g []int) (keys, args []string) {
 	for _, i := range g {
 		c := calls[i]
 		keys = append(keys, c.keys...)
-		layout = append(layout, batchIndex[c.s], byte(len(c.keys)), byte(len(c.args)))
+		layout = append(layout, batchOf[c.s].index[c.s], byte(len(c.keys)), byte(len(c.args)))
 	}
 	if na <= maxRefs {
 		if args, ok := refArgs(calls, g, na); ok {
@@ -251,7 +301,7 @@ func refArgs(calls []Call, g []int, na int) ([]string, bool) {
 	refs := make([]byte, 0, na)
 	for _, i := range g {
 		c := &calls[i]
-		body := batchIndex[c.s]
+		body := batchOf[c.s].index[c.s]
 		var prev decided
 		n := 0
 		for ; n < len(last); n++ {

@@ -1,9 +1,9 @@
--- The batch driver: several decisions, of any algorithm and op, in one
--- script call. batch.go composes the batch script at init: the prelude,
--- then BODY(i), which makes the function of body i, then this driver. Body
--- i is the i-th of the scripts in load.go whose text is the prelude then
--- their body (the take of several limits too: its body holds its take
--- bodies), its file's text wrapped as
+-- The batch driver: several decisions of one algorithm, of any op, in one
+-- script call. batch.go composes a batch script per algorithm at init (and
+-- one for the take of several limits and its give back: its body holds its
+-- take bodies): the prelude, then BODY(i), which makes the function of
+-- body i, then this driver. Body i is the i-th of its scripts
+-- (batchFamilies in batch.go), its file's text wrapped as
 --
 --   function(KEYS, ARGV) <body> end
 --

@@ -28,6 +28,54 @@ func TestGroupCalls(t *testing.T) {
 	if want := [][]int{{1}, {2, 3}, {4}}; !reflect.DeepEqual(groups, want) {
 		t.Errorf("cluster groups = %v, want %v", groups, want)
 	}
+	// Each algorithm's calls go as its own batch script, in order of their
+	// first call; on a Cluster, by slot too.
+	tb := func(key string) Call { return Call{s: tokenBucketTake, keys: []string{key}, args: []string{"1"}} }
+	peek := func(key string) Call { return Call{s: fixedWindowPeek, keys: []string{key}, args: []string{"1"}} }
+	mixed := []Call{take("{a}1"), tb("{a}2"), peek("{a}3"), tb("{b}1"), take("{b}2"), take("{a}4")}
+	if groups, want := groupCalls(false, mixed), [][]int{{0, 2, 4, 5}, {1, 3}}; !reflect.DeepEqual(groups, want) {
+		t.Errorf("standalone groups of two algorithms = %v, want %v", groups, want)
+	}
+	if groups, want := groupCalls(true, mixed), [][]int{{0, 2, 5}, {1}, {3}, {4}}; !reflect.DeepEqual(groups, want) {
+		t.Errorf("cluster groups of two algorithms = %v, want %v", groups, want)
+	}
+}
+
+// Each batch script holds its own algorithm's bodies only (the take of
+// several limits and its give back have one of their own), every script
+// that is the prelude then its body is in exactly one, and an algorithm's
+// batch script is small enough to cross a slow link quickly after Redis
+// lost its scripts.
+func TestBatchScriptsArePerAlgorithm(t *testing.T) {
+	in := map[*script]string{}
+	for _, b := range batches {
+		for s, i := range b.index {
+			if other, ok := in[s]; ok {
+				t.Errorf("%s is in %s and %s", s.name, other, b.name)
+			}
+			in[s] = b.name
+			if !strings.Contains(b.src, "  if i == "+strconv.Itoa(int(i))+" then\n    -- "+s.name+"\n") {
+				t.Errorf("%s: body %d is not %s", b.name, i, s.name)
+			}
+		}
+		if len(b.index) == 0 {
+			t.Errorf("%s decides no script", b.name)
+		}
+		t.Logf("%s: %d bytes, %d bodies", b.name, len(b.src), len(b.index))
+		if b.name != "batch_take_checks.lua" && len(b.src) > 42_000 {
+			t.Errorf("%s is %d bytes, want at most 42,000", b.name, len(b.src))
+		}
+	}
+	for _, alg := range algorithms {
+		for _, s := range []*script{alg.take, alg.peek, alg.settle} {
+			if s != nil && batchOf[s] != batchOf[alg.take] {
+				t.Errorf("%s is not in its algorithm's batch script %s", s.name, batchOf[alg.take].name)
+			}
+		}
+	}
+	if batchOf[concurrencyRelease] != batchOf[concurrencyTake] {
+		t.Error("the concurrency release is not in the concurrency batch script")
+	}
 }
 
 func seq(from, to int) []int {
@@ -51,20 +99,20 @@ func TestBatchCarriesThePreludeAndBodyScripts(t *testing.T) {
 		} else {
 			flags += "\n"
 		}
-		_, in := batchIndex[s]
+		_, in := batchOf[s]
 		if joined := join(s.name, flags+body) == s.src; in != joined {
 			t.Errorf("%s: in the batch %v, the prelude then its body %v", s.name, in, joined)
 		}
 	}
 	// The take of several limits joins its take bodies inside its own body,
 	// so it is the prelude then its body too.
-	if _, ok := batchIndex[takeChecks]; !ok {
-		t.Error("the take of several limits is not in the batch")
+	if _, ok := batchOf[takeChecks]; !ok {
+		t.Error("the take of several limits is in no batch script")
 	}
 	own := &script{name: "own.lua", src: "local MINE = 1\n" + prelude + "\n-- own.lua\nreturn MINE"}
-	b, index := newBatch([]*script{fixedWindowTake, own})
-	if _, ok := index[own]; ok || index[fixedWindowTake] != 1 {
-		t.Errorf("batch index %v: want the fixed window take as 1 and no own.lua", index)
+	b := newBatch("own_batch.lua", []*script{fixedWindowTake, own})
+	if _, ok := b.index[own]; ok || b.index[fixedWindowTake] != 1 {
+		t.Errorf("batch index %v: want the fixed window take as 1 and no own.lua", b.index)
 	}
 	if strings.Contains(b.src, "return MINE") {
 		t.Error("the batch holds a body composed without the prelude alone")
@@ -112,7 +160,9 @@ func TestBatchArgsSendSharedArgumentsOnce(t *testing.T) {
 	fw := func(id string) Call {
 		return Call{s: fixedWindowTake, keys: []string{"k" + id}, args: []string{"100", "60000", "1", "10", "0", id}}
 	}
-	tb := Call{s: tokenBucketTake, keys: []string{"b"}, args: []string{"5", "1000", "5", "1", "60000", "10", "0", ""}}
+	// A peek of the same algorithm (the calls of one group are of one batch
+	// script), whose arguments are other than the take's.
+	tb := Call{s: fixedWindowPeek, keys: []string{"b"}, args: []string{"5", "1000", "5", "1", "60000", "10", "0", ""}}
 	check := func(name string, calls []Call, wantSent int, wantRefs bool) {
 		t.Helper()
 		g := seq(0, len(calls))

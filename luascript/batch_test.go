@@ -27,10 +27,11 @@ var viaBatch bool
 var batched atomic.Int64
 
 // batchingClient sends each script call of the package's scripts as the
-// middle decision of a batch of three, after and before a peek of a window
-// that does not exist (which writes nothing, so under maxmemory the call's
-// first write is still the batch's first), and answers its element. Every
-// other command goes to Redis as it is.
+// middle decision of a batch of three of its own batch script, after and
+// before a call of the same script without arguments (refused INVALID
+// before it reads or writes anything, so under maxmemory the call's first
+// write is still the batch's first), and answers its element. Every other
+// command goes to Redis as it is.
 type batchingClient struct{ rueidis.Client }
 
 func (c batchingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
@@ -38,10 +39,9 @@ func (c batchingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 	if !ok {
 		return c.Client.Do(ctx, cmd)
 	}
-	decoy, err := luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: "batch-decoy", Limit: 1, WindowMS: 1})
-	if err != nil {
-		return rueidis.NewErrorResult(err)
-	}
+	// A call of the same script with no arguments, which its batch script
+	// answers INVALID without a read or a write.
+	decoy, _ := luascript.RawCall(luascript.CallScript(call), []string{"batch-decoy"}, nil)
 	batched.Add(1)
 	return luascript.ExecBatch(ctx, c.Client, []luascript.Call{decoy, call, decoy})[1]
 }
@@ -212,14 +212,27 @@ func TestBatchAnswersAsEachCallAlone(t *testing.T) {
 	e, lone := setup(t), setup(t)
 	lone.prefix = e.prefix
 	calls, keys := mixedBatch(t, e, lone)
-	e.mustDo("SCRIPT", "LOAD", luascript.BatchText())
 	if err := luascript.Load(t.Context(), e.c); err != nil {
 		t.Fatal(err)
 	}
+	// The batch holds several decisions of every batch script's: it goes
+	// as one script call of each.
+	of := map[string]int{}
+	for _, c := range calls {
+		of[luascript.BatchOf(c)]++
+	}
+	for name := range luascript.BatchTexts() {
+		if of[name] < 2 {
+			t.Errorf("the mixed batch has %d decisions of %s, want several", of[name], name)
+		}
+	}
+	if len(of) != len(luascript.BatchTexts()) {
+		t.Errorf("the mixed batch's decisions are of %d batch scripts, want %d", len(of), len(luascript.BatchTexts()))
+	}
 	e.mustDo("CONFIG", "RESETSTAT")
 	answersAsAlone(t, e, lone, calls, keys)
-	if n := scriptCalls(t, e); n != 1 {
-		t.Errorf("%d script calls for one batch, want 1", n)
+	if n := scriptCalls(t, e); n != int64(len(of)) {
+		t.Errorf("%d script calls for one batch, want %d: one a batch script", n, len(of))
 	}
 }
 
@@ -529,7 +542,8 @@ func TestBatchRefusesAMalformedLayout(t *testing.T) {
 	e := setup(t)
 	k := e.key("k")
 	take := []string{"100", "60000", "1", "1", "0", ""}
-	const fw = 1 // fixed_window_take.lua, first in scripts
+	const fw = 1 // fixed_window_take.lua, first in its batch script
+	fwBatch := luascript.BatchTexts()["batch_fixed_window.lua"]
 	for name, tc := range map[string]struct {
 		keys   []string
 		layout []byte
@@ -545,7 +559,7 @@ func TestBatchRefusesAMalformedLayout(t *testing.T) {
 		"arguments over":                       {[]string{k}, []byte{fw, 1, 6}, append(take, "x")},
 		"a valid decision, then one malformed": {[]string{k, k}, []byte{fw, 1, 6, fw, 1, 7}, append(take, take...)},
 	} {
-		err := evalBatch(e, luascript.BatchText(), tc.keys, tc.layout, tc.argv...).Error()
+		err := evalBatch(e, fwBatch, tc.keys, tc.layout, tc.argv...).Error()
 		if err == nil || !strings.HasPrefix(err.Error(), "INVALID batch") {
 			t.Errorf("%s: %v, want INVALID batch", name, err)
 		}
@@ -562,16 +576,26 @@ func TestBatchRefusesAMalformedLayout(t *testing.T) {
 		"the second decision's wrong": {[]byte{fw, 1, 6, fw, 1, 6}, "\x01\x02\x03\x04\x05\x06\x01\x02\x03\x04\x05\x09"},
 	} {
 		keys := []string{k, k}[:len(tc.layout)/3]
-		err := evalRefs(e, luascript.BatchText(), keys, tc.layout, tc.refs, take...).Error()
+		err := evalRefs(e, fwBatch, keys, tc.layout, tc.refs, take...).Error()
 		if err == nil || !strings.HasPrefix(err.Error(), "INVALID batch") {
 			t.Errorf("%s: %v, want INVALID batch", name, err)
+		}
+	}
+	// Every batch script knows its own bodies only.
+	for name, src := range luascript.BatchTexts() {
+		n := luascript.BatchBodies(name)
+		for _, b := range []byte{0, byte(n + 1)} {
+			err := evalBatch(e, src, []string{k}, []byte{b, 1, 6}, take...).Error()
+			if err == nil || !strings.HasPrefix(err.Error(), "INVALID batch") {
+				t.Errorf("%s, body %d of %d: %v, want INVALID batch", name, b, n, err)
+			}
 		}
 	}
 	if n, err := e.do("EXISTS", k).AsInt64(); err != nil || n != 0 {
 		t.Errorf("a refused batch wrote: EXISTS %d, %v", n, err)
 	}
 	// Two decisions that share their arguments, sent once.
-	res, err := evalRefs(e, luascript.BatchText(), []string{k, k}, []byte{fw, 1, 6, fw, 1, 6},
+	res, err := evalRefs(e, fwBatch, []string{k, k}, []byte{fw, 1, 6, fw, 1, 6},
 		"\x01\x02\x03\x04\x05\x06\x01\x02\x03\x04\x05\x06", take...).ToArray()
 	if err != nil || len(res) != 2 {
 		t.Fatalf("two decisions by reference: %v, %v", res, err)
@@ -581,7 +605,7 @@ func TestBatchRefusesAMalformedLayout(t *testing.T) {
 	}
 	e.do("DEL", k)
 	// No layout at all.
-	if err := e.do("EVAL", luascript.BatchText(), "0").Error(); err == nil || !strings.HasPrefix(err.Error(), "INVALID batch") {
+	if err := e.do("EVAL", fwBatch, "0").Error(); err == nil || !strings.HasPrefix(err.Error(), "INVALID batch") {
 		t.Errorf("no arguments: %v, want INVALID batch", err)
 	}
 	// More decisions than a call may carry.
@@ -592,11 +616,11 @@ func TestBatchRefusesAMalformedLayout(t *testing.T) {
 		layout = append(layout, fw, 1, 6)
 		argv = append(argv, take...)
 	}
-	if err := evalBatch(e, luascript.BatchText(), keys, layout, argv...).Error(); err == nil || !strings.HasPrefix(err.Error(), "INVALID batch") {
+	if err := evalBatch(e, fwBatch, keys, layout, argv...).Error(); err == nil || !strings.HasPrefix(err.Error(), "INVALID batch") {
 		t.Errorf("%d decisions: %v, want INVALID batch", len(keys), err)
 	}
 	// The most it may carry are decided.
-	res, err = evalBatch(e, luascript.BatchText(), keys[1:], layout[3:], argv[6:]...).ToArray()
+	res, err = evalBatch(e, fwBatch, keys[1:], layout[3:], argv[6:]...).ToArray()
 	if err != nil || len(res) != luascript.MaxBatch {
 		t.Fatalf("%d decisions: %d replies, %v", luascript.MaxBatch, len(res), err)
 	}

@@ -193,15 +193,22 @@
 //
 // # Batches
 //
-// The batch script (batch.lua, composed in batch.go) decides several calls
-// in one script call: the prelude, the body of each script that is the
-// prelude then a body, wrapped as a function of KEYS and ARGV (made when a
-// decision of the call first needs it), and a driver that hands each decision its own keys and arguments
-// and runs its body under pcall. A decision in a batch is the same code as
-// alone and answers what its lone script would: its reply, or its error as
-// its element of the batch's reply, the others untouched. ExecBatch groups
-// calls by Redis node (by hash slot on a Cluster, keyslot.Of), at most
-// MaxBatch a call, sends a group of one as its own script, sends every
+// A batch script (batch.lua's driver, composed in batch.go) decides
+// several calls of one algorithm in one script call: the prelude, the body
+// of each of the algorithm's scripts (take, peek, settle or release),
+// wrapped as a function of KEYS and ARGV (made when a decision of the call
+// first needs it), and a driver that hands each decision its own keys and
+// arguments and runs its body under pcall. There is one batch script per
+// algorithm, and one for the take of several limits and its give back
+// (batchFamilies), so that after Redis lost its scripts a batch has only
+// its own algorithm's batch script loaded (about 27 to 40 KB, against
+// about 660 KB for every script). A decision in a batch is the same code
+// as alone and answers what its lone script would: its reply, or its
+// error as its element of the batch's reply, the others untouched.
+// ExecBatch groups calls by batch script and by Redis node (by hash slot
+// on a Cluster, keyslot.Of), at most MaxBatch a call, so that a batch of
+// several algorithms is a script call of each; it sends a group of one as
+// its own script, sends every
 // group in one DoMulti, resends a group once on NOSCRIPT (it ran nothing;
 // through a Loader's client, as EVALSHA once the script is loaded, see
 // loader.go) and never otherwise. Under maxmemory a decision's first write
@@ -246,7 +253,8 @@
 //     newScript in algorithms.go, in its algorithm's entry of algorithms
 //     (a new algorithm: a new entry, with the check of its limits).
 //  4. Add it to scripts in load.go, so Load and Sources (readiness, the
-//     ACL test) know it, and the batch script carries it. A take script
+//     ACL test) know it, and to its algorithm's entry of batchFamilies
+//     (batch.go), so its algorithm's batch script carries it. A take script
 //     also goes into takeBodies (takechecks.go), with its give back, a
 //     function of give_back.lua that reads the take's arguments
 //     by their names, so a take of several limits can run it and, on a

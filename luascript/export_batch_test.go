@@ -49,13 +49,33 @@ func CallScript(c Call) string {
 	return c.s.name
 }
 
-// BatchTextWith is the text of a batch script composed of the package's
-// scripts and one more of body, whose index in the batch is returned, for
-// tests of what the driver does with a body that fails.
+// BatchTextWith is the text of a batch script composed of the fixed
+// window's scripts (its take first) and one more of body, whose index in
+// the batch is returned, for tests of what the driver does with a body
+// that fails.
 func BatchTextWith(body string) (src string, index byte) {
 	s := newScript("extra.lua", body, nil)
-	b, idx := newBatch(append(append([]*script(nil), scripts...), s))
-	return b.src, idx[s]
+	b := newBatch("extra_batch.lua", []*script{fixedWindowTake, fixedWindowPeek, fixedWindowSettle, s})
+	return b.src, b.index[s]
+}
+
+// BatchOf is the name of the batch script that decides c's calls
+// ("batch_fixed_window.lua"), "" for none.
+func BatchOf(c Call) string {
+	if b := batchOf[c.s]; b != nil {
+		return b.name
+	}
+	return ""
+}
+
+// BatchBodies is the number of bodies of the batch script name.
+func BatchBodies(name string) int {
+	for _, b := range batches {
+		if b.name == name {
+			return len(b.index)
+		}
+	}
+	return 0
 }
 
 // CallKeys and CallArgs are the keys and arguments c sends.

@@ -3,8 +3,12 @@ package luascript
 // ScriptText is the text Redis runs for the script of file name (prelude
 // included), for tests that EVAL a script directly; "" for no such script.
 func ScriptText(name string) string {
-	if name == batchScript.name {
-		return batchScript.src
+	for _, b := range batches {
+		// "batch.lua", the driver's file: the first batch script, one of
+		// those that end with it.
+		if b.name == name || name == "batch.lua" {
+			return b.src
+		}
 	}
 	for _, s := range scripts {
 		if s.name == name {

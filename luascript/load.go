@@ -14,8 +14,8 @@ import (
 // scripts are every script the package runs; a new one is added here. A
 // Loader puts them into Redis before the calls need them (and again, once,
 // when a node answers NOSCRIPT); Load exists so that readiness can prove,
-// before traffic arrives, that Redis accepts them (scripting enabled, no
-// ACL refusing EVAL, not out of memory).
+// before traffic arrives, that Redis holds them or accepts them (scripting
+// enabled, no ACL refusing SCRIPT LOAD, not out of memory).
 var scripts = []*script{
 	fixedWindowTake, fixedWindowPeek,
 	tokenBucketTake, tokenBucketPeek,
@@ -27,20 +27,26 @@ var scripts = []*script{
 }
 
 // sources are the scripts' texts, prelude included, as Redis holds them,
-// and the batch script's (batch.go), which composes the others.
+// and the batch scripts' (batch.go), which compose the others.
 var sources = func() []string {
-	srcs := make([]string, len(scripts), len(scripts)+1)
+	srcs := make([]string, len(scripts), len(scripts)+len(batches))
 	for i, s := range scripts {
 		srcs[i] = s.src
 	}
-	return append(srcs, batchScript.src)
+	for _, b := range batches {
+		srcs = append(srcs, b.src)
+	}
+	return srcs
 }()
 
-// Load runs SCRIPT LOAD for every script on every node the client knows
-// (one for a single Redis, each node of a cluster), one round trip per
-// node and the nodes at once, and checks that Redis names each script by
-// the SHA1 the calls will use. A Redis that refuses a script (an ACL
-// without SCRIPT LOAD, scripting disabled) fails it. In a cluster, a node
+// Load makes sure every node the client knows (one for a single Redis,
+// each node of a cluster) holds every script, the nodes at once: one
+// SCRIPT EXISTS, then a SCRIPT LOAD of each script the node lacks (of all
+// of them when SCRIPT EXISTS is refused), checking that Redis names each
+// by the SHA1 the calls will use. So a check of a Redis that holds them
+// sends no script's text, and one after a flush only what is missing. A
+// Redis that refuses a script (an ACL without SCRIPT LOAD, scripting
+// disabled) fails it. In a cluster, a node
 // that cannot be reached is left out: a dead replica serves no decision,
 // and the slots of a dead master answer UNAVAILABLE whatever readiness
 // says, while the other slots keep working.
@@ -71,14 +77,22 @@ func Load(ctx context.Context, c rueidis.Client) error {
 	return first
 }
 
-// loadOn loads every script on one node in one round trip.
+// loadOn loads the scripts one node lacks, in one round trip after the
+// SCRIPT EXISTS that finds them.
 func loadOn(ctx context.Context, addr string, node rueidis.Client) error {
-	cmds := make(rueidis.Commands, len(sources))
-	for i, src := range sources {
+	missing, err := lacks(ctx, node)
+	if err != nil {
+		return fmt.Errorf("script exists on %s: %w", addr, err)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	cmds := make(rueidis.Commands, len(missing))
+	for i, src := range missing {
 		cmds[i] = node.B().ScriptLoad().Script(src).Build()
 	}
 	for i, res := range node.DoMulti(ctx, cmds...) {
-		src := sources[i]
+		src := missing[i]
 		sha, err := res.ToString()
 		if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(src, "#!") && strings.HasPrefix(re.Error(), "Error compiling script") {
 			// A store that does not parse a shebang's flags (the embedded
@@ -95,6 +109,43 @@ func loadOn(ctx context.Context, addr string, node rueidis.Client) error {
 		}
 	}
 	return nil
+}
+
+// lacks is the sources node does not hold: a peek counts as held when its
+// text without the flags line is (the embedded store's, readOnlyScript).
+// Every source when Redis refuses SCRIPT EXISTS (an ACL without it).
+func lacks(ctx context.Context, node rueidis.Client) ([]string, error) {
+	shas := make([]string, 0, 2*len(sources))
+	for _, src := range sources {
+		shas = append(shas, sha1Hex(src))
+		if strings.HasPrefix(src, "#!") {
+			shas = append(shas, sha1Hex(withoutFlags(src)))
+		}
+	}
+	exists, err := node.Do(ctx, node.B().ScriptExists().Sha1(shas...).Build()).AsIntSlice()
+	if _, reply := rueidis.IsRedisErr(err); reply {
+		return sources, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(exists) != len(shas) {
+		return nil, fmt.Errorf("%d answers for %d scripts", len(exists), len(shas))
+	}
+	var missing []string
+	x := 0
+	for _, src := range sources {
+		held := exists[x] == 1
+		x++
+		if strings.HasPrefix(src, "#!") {
+			held = held || exists[x] == 1
+			x++
+		}
+		if !held {
+			missing = append(missing, src)
+		}
+	}
+	return missing, nil
 }
 
 // Sources returns the text of every script, prelude included, for tests

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"testing"
 
+	"quotad/integration/redistest"
 	"quotad/luascript"
 )
 
@@ -66,5 +67,42 @@ func TestLoadOnTheEmbeddedStore(t *testing.T) {
 	_, c := startMiniredis(t)
 	if err := luascript.Load(context.Background(), c); err != nil {
 		t.Fatalf("Load on miniredis: %v", err)
+	}
+}
+
+// Load asks which scripts a node holds (SCRIPT EXISTS) and loads only the
+// missing ones: none when it holds them all, so that a health check polled
+// over a slow link sends no script's text.
+func TestLoadLoadsOnlyWhatIsMissing(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	if err := luascript.Load(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	srv.ResetStats(t)
+	if err := luascript.Load(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	if n := commandCalls(t, srv, "script|load"); n != 0 {
+		t.Fatalf("%d SCRIPT LOADs on a Redis that holds every script, want none", n)
+	}
+	srcs := luascript.Sources()
+	if err := c.Do(t.Context(), c.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range srcs[1:] {
+		if err := c.Do(t.Context(), c.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.ResetStats(t)
+	if err := luascript.Load(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	if n := commandCalls(t, srv, "script|load"); n != 1 {
+		t.Fatalf("%d SCRIPT LOADs for one missing script, want 1", n)
+	}
+	if !allLoaded(t, c) {
+		t.Fatal("a script is missing after Load")
 	}
 }

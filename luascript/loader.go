@@ -28,7 +28,7 @@ import (
 //     on that node, then is sent again as EVALSHA if its deadline leaves a
 //     round trip; NOSCRIPT means the call ran nothing, so nothing runs
 //     twice. Only the script that was missing crosses the link: loading
-//     every script (about 580 KB) over a slow link would itself be the
+//     every script (about 660 KB) over a slow link would itself be the
 //     outage.
 //
 // Every load is single flight: the calls and checks that need a script on

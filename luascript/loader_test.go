@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"quotad/integration/redistest"
+	"quotad/limits"
 	"quotad/luascript"
 )
 
@@ -164,5 +165,54 @@ func TestLoaderConnectedLoadsWhatANodeLacks(t *testing.T) {
 	}
 	if got := commandCalls(t, srv, "script|load"); got != 1 {
 		t.Fatalf("%d SCRIPT LOADs for one missing script", got)
+	}
+}
+
+// After SCRIPT FLUSH, a batch of one algorithm's decisions has that
+// algorithm's batch script loaded, and no other script: what crosses the
+// link is a fraction of every script's text.
+func TestLoaderLoadsOnlyTheBatchScriptABatchNeeds(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	reports := make(chan luascript.LoadReport, 16)
+	l := luascript.NewLoader(luascript.LoaderOptions{Report: func(r luascript.LoadReport) { reports <- r }})
+	t.Cleanup(l.Close)
+	m := must(t)
+	var calls []luascript.Call
+	for i := range 3 {
+		calls = append(calls, m(luascript.TakeCall(limits.FixedWindow, args("k", 10, 1, "id"+strconv.Itoa(i)))))
+	}
+	calls = append(calls, m(luascript.PeekCall(limits.FixedWindow, luascript.Args{Key: "k", Limit: 10, WindowMS: minute})))
+	if err := c.Do(t.Context(), c.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	srv.ResetStats(t)
+	res := luascript.ExecBatch(t.Context(), l.Client(c, nil), calls)
+	for i, r := range res[:3] {
+		if d, err := luascript.ParseTake(r); err != nil || !d.Allowed || d.Used != int64(i+1) {
+			t.Fatalf("take %d: %+v, %v; want allowed, used %d", i, d, err, i+1)
+		}
+	}
+	if d, err := luascript.ParsePeek(res[3]); err != nil || d.Used != 3 {
+		t.Fatalf("peek: %+v, %v; want used 3", d, err)
+	}
+	want := luascript.BatchTexts()["batch_fixed_window.lua"]
+	r := <-reports
+	if r.Err != nil || r.Why != luascript.LoadNoScript || r.Scripts != 1 || r.Bytes != len(want) {
+		t.Fatalf("load after the flush: %+v, want the fixed window's batch script alone (%d bytes)", r, len(want))
+	}
+	if r.Bytes >= 40_000 {
+		t.Errorf("the fixed window's batch script is %d bytes, want under 40,000", r.Bytes)
+	}
+	if n := commandCalls(t, srv, "script|load"); n != 1 {
+		t.Errorf("%d SCRIPT LOADs, want 1", n)
+	}
+	if n := commandCalls(t, srv, "eval"); n != 0 {
+		t.Errorf("%d calls sent a script's text (EVAL), want none", n)
+	}
+	select {
+	case r := <-reports:
+		t.Errorf("another load: %+v", r)
+	default:
 	}
 }

@@ -66,8 +66,16 @@ func TestEveryScriptIsPreludeThenBody(t *testing.T) {
 			t.Errorf("%s makes an error reply of its own instead of calling fail", name)
 		}
 	}
-	if n != len(luascript.Sources()) {
-		t.Errorf("%d scripts on disk, %d in Sources", n, len(luascript.Sources()))
+	// batch.lua is the driver of every batch script.
+	if want := len(luascript.Sources()) - len(luascript.BatchTexts()) + 1; n != want {
+		t.Errorf("%d scripts on disk, %d in Sources (the batch scripts as one)", n, want)
+	}
+	// Its code: its leading comment is for its file's readers.
+	_, driver, _ := strings.Cut(mustRead(t, "batch.lua"), "\nlocal header")
+	for name, src := range luascript.BatchTexts() {
+		if !strings.Contains(src, prelude) || !strings.HasSuffix(src, driver) {
+			t.Errorf("%s is not the prelude, its bodies, then batch.lua", name)
+		}
 	}
 
 	// The constants are quotad/limits' values as Redis reads them.

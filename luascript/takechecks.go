@@ -32,7 +32,7 @@ var (
 // newChecksScript is a script of the take of several limits: the prelude,
 // then, after the line naming it, its body, which starts with MAX_CHECKS
 // and BODIES (bodiesLua). Like every script's, its body is whole after
-// that line, so that the batch script (batch.go) can run it as a function.
+// that line, so that its batch script (batch.go) can run it as a function.
 func newChecksScript(name, body string) *script {
 	body = "local MAX_CHECKS = " + strconv.Itoa(MaxChecks) + "\n" + body
 	src := prelude + "\n-- " + name + "\n" + body

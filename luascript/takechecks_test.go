@@ -449,10 +449,16 @@ func TestGiveBackUndoesATake(t *testing.T) {
 	}
 }
 
-// Takes of several limits in one batch script call, beside a take of one:
-// each decides as it would alone.
+// Takes of several limits in one batch script call, beside a take of one
+// (a call of its own, after it in the same round trip): each decides as
+// it would alone.
 func TestTakeOfChecksInABatch(t *testing.T) {
 	e := setup(t)
+	// Loaded, so that the batch is not sent again (EVAL) after the take of
+	// one, as after a NOSCRIPT.
+	if err := luascript.Load(t.Context(), e.c); err != nil {
+		t.Fatal(err)
+	}
 	var calls []luascript.Call
 	var sets [][]takeCheck
 	for i := range 3 {

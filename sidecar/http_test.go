@@ -85,6 +85,13 @@ func TestReadyzStaysReadyWhileRedisIsDown(t *testing.T) {
 	if !scriptsLoaded(t, r) {
 		t.Fatal("/redisz answered 200 but did not load the scripts")
 	}
+	// Redis holds them: the next check asks (SCRIPT EXISTS) and sends no
+	// script's text.
+	r.ResetStats(t)
+	wantHTTP(t, h, "/redisz", http.StatusOK, "redis ok")
+	if stats, err := r.Do(t, "INFO", "commandstats").ToString(); err != nil || strings.Contains(stats, "cmdstat_script|load:") {
+		t.Fatalf("/redisz of a Redis that holds every script loaded one: %v\n%s", err, stats)
+	}
 
 	r.Stop(t)
 	waitFor(t, "/redisz to report redis down", func() bool {

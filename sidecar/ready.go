@@ -26,8 +26,8 @@ var (
 	errLoadingLua = errors.New("the scripts are being loaded into redis")
 )
 
-// readiness serialises the script loads of Redis health checks, so that
-// probes that meet cost Redis one SCRIPT LOAD, not one each.
+// readiness serialises the script checks of Redis health checks, so that
+// probes that meet cost Redis one check, not one each.
 type readiness struct {
 	loading  sync.Mutex
 	loadedAt atomic.Int64 // UnixNano of the last successful load; 0 for none
@@ -56,9 +56,12 @@ func (s *Server) ready(context.Context) error {
 }
 
 // redisHealth is nil when Redis answers and holds the decision scripts; it
-// loads them (SCRIPT LOAD) on every check, so a Redis restarted without
-// them has them back before the next take. Only one caller loads at a time;
-// one that meets a load in progress gets the last load's verdict. The
+// checks them (SCRIPT EXISTS) on every check and loads those missing
+// (SCRIPT LOAD), so a Redis restarted without them has them back before
+// the next take, while a check of a Redis that holds them sends no
+// script's text: polling it over a slow link after a flush does not send
+// every script again each time. Only one caller checks at a time; one
+// that meets a check in progress gets the last check's verdict. The
 // embedded store is always healthy.
 func (s *Server) redisHealth(ctx context.Context) error {
 	if !s.store.Up() {

@@ -1,8 +1,6 @@
 package dispatch
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,47 +101,6 @@ func storeVia(t *testing.T, p *redistest.FaultProxy, deadline time.Duration, cor
 	return st, d
 }
 
-// scriptsHeld reports whether r holds every script.
-func scriptsHeld(t *testing.T, r *redistest.Server) bool {
-	t.Helper()
-	args := []string{"SCRIPT", "EXISTS"}
-	for _, src := range luascript.Sources() {
-		sum := sha1.Sum([]byte(src))
-		args = append(args, hex.EncodeToString(sum[:]))
-	}
-	v, err := r.Do(t, args...).AsIntSlice()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, x := range v {
-		if x != 1 {
-			return false
-		}
-	}
-	return true
-}
-
-// commandCalls is how many times r ran the command cmd ("script|load",
-// "eval") since its stats were last reset.
-func commandCalls(t *testing.T, r *redistest.Server, cmd string) int64 {
-	t.Helper()
-	info, err := r.Do(t, "INFO", "commandstats").ToString()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
-			calls, _, _ := strings.Cut(rest, ",")
-			n, err := strconv.ParseInt(calls, 10, 64)
-			if err != nil {
-				t.Fatalf("commandstats line %q: %v", line, err)
-			}
-			return n
-		}
-	}
-	return 0
-}
-
 // A sidecar that starts behind 100 ms of latency has the scripts loaded
 // when it connects, so its first batch is decided: it is not sent only
 // to be answered NOSCRIPT and sent again with the script's text, two
@@ -165,7 +122,7 @@ func TestFreshSidecarBehindLatencyDecidesItsFirstBatch(t *testing.T) {
 			t.Fatalf("a take of the first batch was answered %s %q", o.Code, o.Message)
 		}
 	}
-	if n := commandCalls(t, r, "eval"); n != 0 {
+	if n := r.CommandCalls(t, "eval"); n != 0 {
 		t.Fatalf("%d calls sent a script's text (EVAL)", n)
 	}
 	if n := logs.FilterMessage("loaded scripts into redis").Len(); n == 0 {
@@ -185,7 +142,7 @@ func TestScriptFlushBehindASlowLinkLoadsEachScriptOnce(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	st, d := storeVia(t, p, time.Second, core)
 	waitFor(t, "redis to be up", st.Up)
-	waitFor(t, "the scripts to be loaded", func() bool { return scriptsHeld(t, r) })
+	waitFor(t, "the scripts to be loaded", func() bool { return r.HoldsScripts(t, luascript.Sources()...) })
 	pipelined(t, d, 32, 2) // the connections the load needs, before the cap
 	p.SetBandwidth(redistest.Both, 50_000)
 	if err := r.Do(t, "SCRIPT", "FLUSH").Error(); err != nil {
@@ -209,10 +166,10 @@ func TestScriptFlushBehindASlowLinkLoadsEachScriptOnce(t *testing.T) {
 		}
 	}
 	// The batch script and the take's own (a batch of one).
-	if n := commandCalls(t, r, "script|load"); n > 2 {
+	if n := r.CommandCalls(t, "script|load"); n > 2 {
 		t.Fatalf("%d SCRIPT LOADs after the flush, want at most one for each of the 2 scripts the takes use", n)
 	}
-	if n := commandCalls(t, r, "eval"); n != 0 {
+	if n := r.CommandCalls(t, "eval"); n != 0 {
 		t.Fatalf("%d calls sent a script's text (EVAL) after the flush", n)
 	}
 	if down := logs.FilterMessage("redis is down").Len(); down != 0 {

@@ -1,8 +1,6 @@
 package integration_test
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,26 +9,6 @@ import (
 	"quotad/integration/redistest"
 	"quotad/luascript"
 )
-
-// holdsEveryScript reports whether n holds every script quotad runs.
-func holdsEveryScript(t *testing.T, n *redistest.Server) bool {
-	t.Helper()
-	args := []string{"SCRIPT", "EXISTS"}
-	for _, src := range luascript.Sources() {
-		sum := sha1.Sum([]byte(src))
-		args = append(args, hex.EncodeToString(sum[:]))
-	}
-	v, err := n.Do(t, args...).AsIntSlice()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, x := range v {
-		if x != 1 {
-			return false
-		}
-	}
-	return true
-}
 
 // statCount is the count INFO field prefix (such as "errorstat_NOSCRIPT:count=" or
 // "cmdstat_eval:calls=") of section gives on n; 0 when absent.
@@ -58,7 +36,7 @@ func TestClusterPromotedReplicaHoldsTheScripts(t *testing.T) {
 	p := launchSidecar(t, socketPath(t), c.URL(), "--redis-timeout", "1s")
 	p.waitReady(t)
 	for _, r := range c.Replicas {
-		eventually(t, "replica "+r.Addr()+" to hold every script", func() bool { return holdsEveryScript(t, r) })
+		eventually(t, "replica "+r.Addr()+" to hold every script", func() bool { return r.HoldsScripts(t, luascript.Sources()...) })
 	}
 	var subjects []string
 	for i := 0; len(subjects) < 20; i++ {

@@ -83,7 +83,7 @@ func TestLoadLoadsOnlyWhatIsMissing(t *testing.T) {
 	if err := luascript.Load(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
-	if n := commandCalls(t, srv, "script|load"); n != 0 {
+	if n := srv.CommandCalls(t, "script|load"); n != 0 {
 		t.Fatalf("%d SCRIPT LOADs on a Redis that holds every script, want none", n)
 	}
 	srcs := luascript.Sources()
@@ -99,7 +99,7 @@ func TestLoadLoadsOnlyWhatIsMissing(t *testing.T) {
 	if err := luascript.Load(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
-	if n := commandCalls(t, srv, "script|load"); n != 1 {
+	if n := srv.CommandCalls(t, "script|load"); n != 1 {
 		t.Fatalf("%d SCRIPT LOADs for one missing script, want 1", n)
 	}
 	if !allLoaded(t, c) {

@@ -5,7 +5,6 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,27 +15,6 @@ import (
 	"quotad/limits"
 	"quotad/luascript"
 )
-
-// commandCalls is how many times srv ran the command named cmd
-// ("script|load", "eval") since its stats were last reset.
-func commandCalls(t *testing.T, srv *redistest.Server, cmd string) int64 {
-	t.Helper()
-	info, err := srv.Do(t, "INFO", "commandstats").ToString()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
-			calls, _, _ := strings.Cut(rest, ",")
-			n, err := strconv.ParseInt(calls, 10, 64)
-			if err != nil {
-				t.Fatalf("commandstats line %q: %v", line, err)
-			}
-			return n
-		}
-	}
-	return 0
-}
 
 func sha(src string) string {
 	sum := sha1.Sum([]byte(src))
@@ -113,10 +91,10 @@ func TestLoaderLoadsAMissingScriptOnce(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("a call did not run: %v", err)
 	}
-	if n := commandCalls(t, srv, "script|load"); n != 2 {
+	if n := srv.CommandCalls(t, "script|load"); n != 2 {
 		t.Fatalf("%d SCRIPT LOADs for 2 missing scripts, want one each", n)
 	}
-	if n := commandCalls(t, srv, "eval"); n != 0 {
+	if n := srv.CommandCalls(t, "eval"); n != 0 {
 		t.Fatalf("%d calls sent the script's text (EVAL), want none", n)
 	}
 }
@@ -163,7 +141,7 @@ func TestLoaderConnectedLoadsWhatANodeLacks(t *testing.T) {
 	if !allLoaded(t, c) {
 		t.Fatal("a script is missing after the second check")
 	}
-	if got := commandCalls(t, srv, "script|load"); got != 1 {
+	if got := srv.CommandCalls(t, "script|load"); got != 1 {
 		t.Fatalf("%d SCRIPT LOADs for one missing script", got)
 	}
 }
@@ -204,10 +182,10 @@ func TestLoaderLoadsOnlyTheBatchScriptABatchNeeds(t *testing.T) {
 	if r.Bytes >= 40_000 {
 		t.Errorf("the fixed window's batch script is %d bytes, want under 40,000", r.Bytes)
 	}
-	if n := commandCalls(t, srv, "script|load"); n != 1 {
+	if n := srv.CommandCalls(t, "script|load"); n != 1 {
 		t.Errorf("%d SCRIPT LOADs, want 1", n)
 	}
-	if n := commandCalls(t, srv, "eval"); n != 0 {
+	if n := srv.CommandCalls(t, "eval"); n != 0 {
 		t.Errorf("%d calls sent a script's text (EVAL), want none", n)
 	}
 	select {

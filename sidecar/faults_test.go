@@ -152,38 +152,18 @@ func TestSlowRedisAnswersOutcomeUnknownAndARetryConsumesOnce(t *testing.T) {
 	}
 }
 
-// commandCalls is how many times Redis has run the commands named (as
-// INFO commandstats names them: "eval", "script|load").
-func commandCalls(t *testing.T, r *redistest.Server, cmds ...string) int64 {
-	t.Helper()
-	info := redisString(t, r, "INFO", "commandstats")
-	var n int64
-	for _, cmd := range cmds {
-		_, rest, found := strings.Cut(info, "cmdstat_"+cmd+":calls=")
-		if !found {
-			continue
-		}
-		calls, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		if err != nil {
-			t.Fatalf("INFO commandstats: %v", err)
-		}
-		n += calls
-	}
-	return n
-}
-
 // evalCalls is how many EVAL and EVAL_RO commands Redis has run: each
 // sends a script's whole text. Peeks are read-only scripts, sent as
 // EVALSHA_RO.
 func evalCalls(t *testing.T, r *redistest.Server) int64 {
 	t.Helper()
-	return commandCalls(t, r, "eval", "eval_ro")
+	return r.CommandCalls(t, "eval", "eval_ro")
 }
 
 // scriptLoads is how many SCRIPT LOADs Redis has run.
 func scriptLoads(t *testing.T, r *redistest.Server) int64 {
 	t.Helper()
-	return commandCalls(t, r, "script|load")
+	return r.CommandCalls(t, "script|load")
 }
 
 func TestScriptFlushIsInvisibleToClients(t *testing.T) {

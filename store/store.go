@@ -365,8 +365,14 @@ func (s *Store) OnConnect(fn func(addr string, node rueidis.Client)) {
 		s.onConnect.Store(nil)
 		return
 	}
+	// fn and the mark of every node are set together, so tell cannot
+	// tell fn of a node and then of every node again for the same
+	// connection.
+	s.dialedMu.Lock()
 	s.onConnect.Store(&fn)
-	s.dial("")
+	s.dialed[""] = true
+	s.dialedMu.Unlock()
+	s.wake()
 }
 
 // dialer wraps the client's dial function: the first connection to a node
@@ -416,6 +422,11 @@ func (s *Store) dial(addr string) {
 	s.dialedMu.Lock()
 	s.dialed[addr] = true
 	s.dialedMu.Unlock()
+	s.wake()
+}
+
+// wake has tell look at the marked nodes.
+func (s *Store) wake() {
 	select {
 	case s.connected <- struct{}{}:
 	default:
@@ -432,11 +443,16 @@ func (s *Store) tell(ctx context.Context) {
 			return
 		case <-s.connected:
 		}
-		fn, c := s.onConnect.Load(), s.client.Load()
-		if fn == nil || c == nil {
-			continue // OnConnect and the client's publication call dial again
+		c := s.client.Load()
+		if c == nil {
+			continue // the client's publication wakes tell again
 		}
 		s.dialedMu.Lock()
+		fn := s.onConnect.Load()
+		if fn == nil {
+			s.dialedMu.Unlock()
+			continue // OnConnect wakes tell again
+		}
 		dialed := s.dialed
 		s.dialed = map[string]bool{}
 		s.dialedMu.Unlock()

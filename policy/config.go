@@ -55,6 +55,9 @@ type Policy struct {
 	TimeZone  string
 	WeekStart time.Weekday
 	JitterMS  int64
+	// Allotment lets a sidecar answer takes from units it reserved in
+	// Redis (docs/allotments.md); nil when the policy has none.
+	Allotment *limits.Allotment
 }
 
 // Config is a parsed and validated policy file. It is immutable once built;
@@ -92,6 +95,7 @@ type filePolicy struct {
 	TimeZone      string    `yaml:"time_zone"`
 	WeekStart     string    `yaml:"week_start"`
 	Jitter        string    `yaml:"jitter"`
+	Allotment     yaml.Node `yaml:"allotment"`
 }
 
 // intField decodes a YAML integer, refusing floats and strings.
@@ -363,6 +367,9 @@ func buildPolicy(name string, fp filePolicy) (*Policy, error) {
 		return nil, fail("on_unavailable", err.Error())
 	}
 	p.OnUnavailable = onUnavailable
+	if p.Allotment, err = readAllotment(p.Algorithm, fp.Allotment, fail); err != nil {
+		return nil, err
+	}
 	switch p.Mode = fp.Mode; p.Mode {
 	case "":
 		p.Mode = ModeEnforce

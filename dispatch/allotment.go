@@ -76,12 +76,14 @@ type allot struct {
 	policy string // its metrics label
 	limit  Limit  // the limits of its latest reservation
 	idle   time.Duration
-	// held units may be handed out until validUntil; they are recorded in
-	// Redis under seq, at retKey (a calendar period's own key).
-	held       int64
-	seq        int64
-	retKey     string
-	validUntil time.Time
+	// held units may be handed out until validUntil and given back until
+	// returnUntil (a sliding window's count for a period more); they are
+	// recorded in Redis under seq, at retKey (a calendar period's own key).
+	held        int64
+	seq         int64
+	retKey      string
+	validUntil  time.Time
+	returnUntil time.Time
 	// What Redis said right after the latest reservation: the reply of a
 	// local answer is made from it (answer).
 	used, remaining int64
@@ -189,7 +191,11 @@ type reservation struct {
 // control law (see the top of the file).
 func (as *allotments) startReserve(a *allot, now time.Time) reservation {
 	a.busy = true
-	as.drop(a, now)
+	// Units that may no longer be handed out cannot be kept under the new
+	// reservation's record: their return would go to another period.
+	if a.held > 0 && !now.Before(a.validUntil) {
+		as.lose(a, a.held)
+	}
 	if d := now.Sub(a.rateFrom); d >= time.Millisecond {
 		sample := float64(a.rateUnits) / d.Seconds()
 		if a.rate == 0 {
@@ -207,18 +213,25 @@ func (as *allotments) startReserve(a *allot, now time.Time) reservation {
 	want := waiting + int64(math.Ceil(a.rate*allotHorizon.Seconds()))
 	want = min(max(want, first.Cost), a.limit.Shape.Quota())
 	a.seq++
-	return reservation{args: allotArgs(&a.limit, first, a.key, want, as.holder, a.seq), want: want,
+	args := allotArgs(&a.limit, first, a.key, want, as.holder, a.seq)
+	args.Kept = a.held
+	return reservation{args: args, want: want,
 		algorithm: a.limit.Algorithm.Name(), policy: a.policy}
 }
 
 // drop forgets units whose window ended: Redis needs no return of them,
 // and they were not handed out.
 func (as *allotments) drop(a *allot, now time.Time) {
-	if a.held > 0 && !now.Before(a.validUntil) {
-		as.m.lost.WithLabelValues(a.policy).Add(float64(a.held))
-		as.m.held.WithLabelValues(a.policy).Sub(float64(a.held))
-		a.held = 0
+	if a.held > 0 && !now.Before(a.returnUntil) {
+		as.lose(a, a.held)
 	}
+}
+
+// lose forgets n units a holds, counted lost.
+func (as *allotments) lose(a *allot, n int64) {
+	as.m.lost.WithLabelValues(a.policy).Add(float64(n))
+	as.m.held.WithLabelValues(a.policy).Sub(float64(n))
+	a.held -= n
 }
 
 // allotArgs are the arguments of a reservation on key under l, for the
@@ -231,6 +244,11 @@ func allotArgs(l *Limit, req *protocol.Request, key string, want int64, holder s
 	case limits.CalendarWindow:
 		a.Limit, a.Spec = s.Limit, s.Spec()
 		a.Periods = luascript.CalendarAround(s, s.Offset(req.Subject), calendarClock())
+	case limits.Sliding:
+		a.Limit, a.WindowMS = s.Limit, s.WindowMS
+	case limits.Bucket:
+		a.TokenBucket = luascript.TokenBucket(s)
+		a.DedupeMS = l.DedupeMS
 	}
 	return a
 }
@@ -276,6 +294,10 @@ func (as *allotments) reserve(sh *allotShard, a *allot, r reservation) {
 		a.held += res.Granted
 		a.seq = r.args.Seq
 		a.validUntil = r.sent.Add(time.Duration(res.ValidMS) * time.Millisecond)
+		a.returnUntil = a.validUntil
+		if w, ok := a.limit.Shape.(limits.Sliding); ok {
+			a.returnUntil = a.returnUntil.Add(time.Duration(w.WindowMS) * time.Millisecond)
+		}
 		a.retKey = a.key
 		if res.Period > 0 {
 			a.retKey = luascript.CalendarPeriodKey(a.key, r.args.Periods.Starts[res.Period-1])
@@ -395,8 +417,8 @@ func (as *allotments) startReturn(a *allot) giveBackCall {
 
 func allotReturnArgs(l *Limit, key string, units int64, holder string, seq int64) luascript.Args {
 	a := luascript.Args{Key: key, Cost: units, RequestID: holder, Seq: seq}
-	if w, ok := l.Shape.(limits.Window); ok {
-		a.Limit, a.WindowMS = w.Limit, w.WindowMS
+	if b, ok := l.Shape.(limits.Bucket); ok {
+		a.TokenBucket = luascript.TokenBucket(b)
 	}
 	return a
 }

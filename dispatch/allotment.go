@@ -197,12 +197,7 @@ func (as *allotments) startReserve(a *allot, now time.Time) reservation {
 		as.lose(a, a.held)
 	}
 	if d := now.Sub(a.rateFrom); d >= time.Millisecond {
-		sample := float64(a.rateUnits) / d.Seconds()
-		if a.rate == 0 {
-			a.rate = sample
-		} else {
-			a.rate = (a.rate + sample) / 2
-		}
+		a.rate = nextRate(a.rate, a.rateUnits, d)
 		a.rateFrom, a.rateUnits = now, 0
 	}
 	var waiting int64
@@ -210,13 +205,33 @@ func (as *allotments) startReserve(a *allot, now time.Time) reservation {
 		waiting += w.checks[0].req.Cost
 	}
 	first := a.waiting[0].checks[0].req
-	want := waiting + int64(math.Ceil(a.rate*allotHorizon.Seconds()))
-	want = min(max(want, first.Cost), a.limit.Shape.Quota())
+	want := allotWant(a.rate, waiting, first.Cost, a.limit.Shape.Quota())
 	a.seq++
 	args := allotArgs(&a.limit, first, a.key, want, as.holder, a.seq)
 	args.Kept = a.held
 	return reservation{args: args, want: want,
 		algorithm: a.limit.Algorithm.Name(), policy: a.policy}
+}
+
+// nextRate is the key's rate, in units a second, once units were taken
+// in the elapsed time since the last estimate: the mean of the last
+// estimate and this sample, so that a burst moves it at once and a lull
+// halves it at each reservation.
+func nextRate(rate float64, units int64, elapsed time.Duration) float64 {
+	sample := float64(units) / elapsed.Seconds()
+	if rate == 0 {
+		return sample
+	}
+	return (rate + sample) / 2
+}
+
+// allotWant is what a reservation asks for: the costs of the takes
+// waiting for it and allotHorizon of the rate, at least the take's cost
+// and at most the limit's quota. Redis caps it by max_share of what is
+// left (luascript's allot_grant).
+func allotWant(rate float64, waiting, cost, quota int64) int64 {
+	want := waiting + int64(math.Ceil(rate*allotHorizon.Seconds()))
+	return min(max(want, cost), quota)
 }
 
 // drop forgets units whose window ended: Redis needs no return of them,

@@ -7,10 +7,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"quotad/integration/redistest"
 	"quotad/policy"
@@ -261,5 +265,57 @@ func TestAllotmentOnTheEmbeddedStore(t *testing.T) {
 		waitFor(t, p+"'s units to go back", func() bool {
 			return decide(t, d, `{"op":"peek","policy":"`+p+`","subject":"e"}`).Used == 10
 		})
+	}
+}
+
+// The control law asks for the takes waiting and a tenth of a second of
+// the rate, at least the take's cost and at most the quota.
+func TestAllotWant(t *testing.T) {
+	for _, tc := range []struct {
+		rate                       float64
+		waiting, cost, quota, want int64
+	}{
+		{0, 1, 1, 1000, 1},           // no rate yet: the take itself
+		{0, 7, 2, 1000, 7},           // and those waiting
+		{1000, 1, 1, 1000, 101},      // 100 ms of 1000 a second
+		{0.5, 1, 1, 1000, 2},         // a fraction of a unit is a unit
+		{1e9, 1, 1, 1000, 1000},      // never more than the quota
+		{0, 0, 3, 1000, 3},           // at least the cost
+		{20_000, 4, 4, 50_000, 2004}, // a hot key
+	} {
+		if got := allotWant(tc.rate, tc.waiting, tc.cost, tc.quota); got != tc.want {
+			t.Errorf("allotWant(%v, %d, %d, %d) = %d, want %d", tc.rate, tc.waiting, tc.cost, tc.quota, got, tc.want)
+		}
+	}
+}
+
+// The rate follows a burst at once and halves its distance at each
+// sample.
+func TestNextRate(t *testing.T) {
+	r := nextRate(0, 100, 100*time.Millisecond)
+	if r != 1000 {
+		t.Fatalf("first sample: %v, want 1000", r)
+	}
+	if r = nextRate(r, 0, 100*time.Millisecond); r != 500 {
+		t.Fatalf("after a lull: %v, want 500", r)
+	}
+	if r = nextRate(r, 300, 100*time.Millisecond); r != 1750 {
+		t.Fatalf("after a burst: %v, want 1750", r)
+	}
+}
+
+// The decision log marks a take answered from an allotment as local.
+func TestAllotmentDecisionLogSaysLocal(t *testing.T) {
+	r := redistest.Start(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	d := New(Options{Store: openStore(t, r), Config: allotConfig(t, "1m"), LogDecisions: LogDecisionsAll, Logger: zap.New(core), KeyPrefix: "qt:"})
+	t.Cleanup(d.Close)
+	o := decide(t, d, `{"op":"take","policy":"hot","subject":"log"}`)
+	if !o.Allotted {
+		t.Fatalf("take = %+v", o)
+	}
+	lines := logs.FilterLoggerName("decision").All()
+	if len(lines) != 1 || lines[0].ContextMap()[keyLocal] != true {
+		t.Fatalf("decision log %v, want one line with local true", lines)
 	}
 }

@@ -99,6 +99,9 @@ type allot struct {
 	rateUnits int64
 	rate      float64
 	timer     *time.Timer
+	// The series of policy, looked up once, not at each local answer.
+	local prometheus.Counter
+	gauge prometheus.Gauge
 }
 
 func newAllotments(d *Dispatcher, reg *prometheus.Registry) *allotments {
@@ -143,18 +146,34 @@ func (as *allotments) take(dec *Decision) bool {
 		a = &allot{key: c.key, rateFrom: now}
 		sh.m[c.key] = a
 	}
-	policy := c.limit.Policy
-	a.limit, a.policy, a.idle = c.limit, policy, time.Duration(c.limit.Allotment.IdleMS)*time.Millisecond
+	if a.policy != c.limit.Policy || a.local == nil {
+		a.policy = c.limit.Policy
+		a.local, a.gauge = as.m.local.WithLabelValues(a.policy), as.m.held.WithLabelValues(a.policy)
+	}
+	a.limit, a.idle = c.limit, time.Duration(c.limit.Allotment.IdleMS)*time.Millisecond
 	a.lastTake = now
 	a.rateUnits += cost
-	if !a.busy && a.held >= cost && now.Before(a.validUntil) {
-		a.held -= cost
-		a.answer(&dec.Out, now)
-		sh.mu.Unlock()
-		as.m.local.WithLabelValues(policy).Inc()
-		as.m.held.WithLabelValues(policy).Sub(float64(cost))
-		as.d.finish(dec)
+	if as.fromHeld(sh, a, dec, cost, now) {
 		return true
+	}
+	if !a.busy {
+		// Not covered: a take the local denial knows Redis would deny
+		// needs no reservation. Checked with the lock released, and the
+		// units held looked at again after.
+		sh.mu.Unlock()
+		if as.d.localDenied(dec) {
+			as.d.metrics.localDenials.Inc()
+			as.d.finish(dec)
+			return true
+		}
+		sh.mu.Lock()
+		if sh.closed {
+			sh.mu.Unlock()
+			return false
+		}
+		if as.fromHeld(sh, a, dec, cost, now) {
+			return true
+		}
 	}
 	a.waiting = append(a.waiting, dec)
 	if a.busy {
@@ -164,6 +183,24 @@ func (as *allotments) take(dec *Decision) bool {
 	r := as.startReserve(a, now)
 	sh.mu.Unlock()
 	as.launch(func() { as.reserve(sh, a, r) })
+	return true
+}
+
+// fromHeld answers dec, of cost, from the units a holds when they cover
+// it and no reservation or return of a is in flight (takes waiting for it
+// come first). It is called with sh locked, and unlocks it when it
+// answered.
+func (as *allotments) fromHeld(sh *allotShard, a *allot, dec *Decision, cost int64, now time.Time) bool {
+	if a.busy || a.held < cost || !now.Before(a.validUntil) {
+		return false
+	}
+	a.held -= cost
+	a.answer(&dec.Out, now)
+	local, gauge := a.local, a.gauge
+	sh.mu.Unlock()
+	local.Inc()
+	gauge.Sub(float64(cost))
+	as.d.finish(dec)
 	return true
 }
 
@@ -317,9 +354,11 @@ func (as *allotments) reserve(sh *allotShard, a *allot, r reservation) {
 		if res.Period > 0 {
 			a.retKey = luascript.CalendarPeriodKey(a.key, r.args.Periods.Starts[res.Period-1])
 		}
-		if a.timer == nil && !sh.closed {
-			a.timer = time.AfterFunc(a.idle, func() { as.idle(sh, a) })
-		}
+	}
+	// Every key gets its idle timer once it has had a reservation, granted
+	// or not: the timer forgets the key once it holds nothing.
+	if a.timer == nil && !sh.closed {
+		a.timer = time.AfterFunc(a.idle, func() { as.idle(sh, a) })
 	}
 	now := time.Now()
 	var answered, rest []*Decision
@@ -493,6 +532,10 @@ func (d *Dispatcher) ReturnAllotments(ctx context.Context) {
 	for i := range as.shards {
 		sh := &as.shards[i]
 		sh.mu.Lock()
+		if sh.closed {
+			sh.mu.Unlock()
+			continue
+		}
 		now := time.Now()
 		for _, a := range sh.m {
 			as.drop(a, now)

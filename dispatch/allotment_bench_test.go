@@ -17,7 +17,14 @@ import (
 // whose limits are not reached, from parallel goroutines, with and
 // without an allotment on their policy: what answering from memory saves
 // of a decision in Redis.
-func BenchmarkDecideHotKeys(b *testing.B) {
+func BenchmarkDecideHotKeys(b *testing.B) { benchAllotments(b, 100) }
+
+// BenchmarkDecideManyKeys is the same over 10,000 subjects, each too
+// seldom taken for a reservation to pay: what allotments cost where they
+// do not help.
+func BenchmarkDecideManyKeys(b *testing.B) { benchAllotments(b, 10_000) }
+
+func benchAllotments(b *testing.B, subjects int64) {
 	cfg, err := policy.ParseConfig([]byte(`
 policies:
   plain:
@@ -51,7 +58,7 @@ policies:
 				i := n.Add(1) << 32
 				for pb.Next() {
 					i++
-					line := `{"op":"take","subject":"s` + strconv.FormatInt(i%100, 10) + `","policy":"` + p + `"}`
+					line := `{"op":"take","subject":"s` + strconv.FormatInt(i%subjects, 10) + `","policy":"` + p + `"}`
 					if err := protocol.Decode([]byte(line), &req); err != nil {
 						b.Fatal(err)
 					}

@@ -128,6 +128,17 @@ func (d *Dispatcher) loaded(r luascript.LoadReport) {
 		zap.Int(keyScripts, r.Scripts), zap.Int(keyBytes, r.Bytes))
 }
 
+// Sharded reports whether the store spreads keys over a Redis Cluster's
+// nodes, where a take whose checks are in several hash slots goes in
+// steps and needs a request_id (steps.go).
+func (d *Dispatcher) Sharded() bool {
+	if d.store == nil || d.store.Kind() == store.StoreEmbedded {
+		return false
+	}
+	c, err := d.store.Client()
+	return err == nil && c.Mode() == rueidis.ClientModeCluster
+}
+
 // SetConfig swaps the policies in use. Decisions already resolved keep the
 // config they started with; the next request sees the new one.
 func (d *Dispatcher) SetConfig(c *policy.Config) { d.cfg.Store(c) }

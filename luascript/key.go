@@ -13,7 +13,9 @@ import "strings"
 //	                                    calendar window of the period starting then
 //	<prefix>cal:{e:<counter>}:<start ms>
 //	                                    calendar window of a counter of Envoy's rate
-//	                                    limit service (EnvoyCalendarKey)
+//	                                    limit service (EnvoyCalendarKey); rls/ starts
+//	                                    each counter with "{<domain>}", so the key is
+//	                                    <prefix>cal:e:{<domain>}...:<start ms>
 //
 // The p:/i:/e: marker keeps named, inline and Envoy's windows apart. Policy names are
 // [A-Za-z0-9_.-]{1,64} with no colon, so the first colon after "p:" ends the

@@ -139,6 +139,10 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 		if c.given != nil {
 			c.given.Name = "rls:" + p.domain
 			c.req.Subject = c.given.Counter
+			// The domain is the hash tag of its counters: on a Redis
+			// Cluster a call's counters of one domain are in one slot,
+			// taken by one script.
+			c.given.Counter = "{" + p.domain + "}" + c.given.Counter
 		}
 	}
 	// replaces drops the limits it names among the request's.

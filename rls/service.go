@@ -2,6 +2,8 @@ package rls
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"math"
 	"sync/atomic"
 	"time"
@@ -168,11 +170,29 @@ func (s *Service) request(p *plan, checks []check, idx []int, tr protocol.Trace)
 		return &req, given
 	}
 	req := &protocol.Request{Op: protocol.OpTake, Cost: 1, Trace: tr, Headers: s.headers, Checks: make([]protocol.Request, len(idx))}
+	policies := false
 	for j, i := range idx {
 		req.Checks[j] = checks[i].req
 		given[j] = checks[i].given
+		policies = policies || given[j] == nil
+	}
+	if policies && s.d.Sharded() {
+		// A quotad policy's key is in a slot of its own: on a Redis
+		// Cluster the take goes in steps, whose give back on a denial
+		// finds what each step took by this id.
+		req.RequestID = newRequestID()
+		for j := range req.Checks {
+			req.Checks[j].RequestID = req.RequestID
+		}
 	}
 	return req, given
+}
+
+// newRequestID is a fresh request id: 128 random bits in hex.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // decide answers req.

@@ -341,7 +341,7 @@ descriptors:
 		}
 		var start int64 = -1
 		for _, k := range e.keys() {
-			if strings.HasSuffix(k[:strings.LastIndexByte(k, ':')], "{e:1:w"+strconv.Itoa(len(tc.key))+":"+tc.key+"1:v}") {
+			if strings.HasSuffix(k[:strings.LastIndexByte(k, ':')], "e:{w}1:w"+strconv.Itoa(len(tc.key))+":"+tc.key+"1:v") {
 				start, _ = strconv.ParseInt(k[strings.LastIndexByte(k, ':')+1:], 10, 64)
 			}
 		}

@@ -82,16 +82,17 @@ func setupOn(t *testing.T, url, desc, policies string, opts ...func(*rls.Service
 	if err != nil {
 		t.Fatalf("policies: %v", err)
 	}
-	e.d = dispatch.New(dispatch.Options{Store: e.st, Config: pc, KeyPrefix: testPrefix, Registry: e.reg, Logger: zaptest.NewLogger(t)})
-	t.Cleanup(e.d.Close)
 	cfg, err := descriptors.Parse("test.yaml", []byte(desc))
 	if err != nil {
 		t.Fatalf("descriptors: %v", err)
 	}
-	so := rls.ServiceOptions{Dispatcher: e.d, Config: cfg, Registry: e.reg, Logger: zaptest.NewLogger(t)}
+	so := rls.ServiceOptions{Config: cfg, Registry: e.reg, Logger: zaptest.NewLogger(t)}
 	for _, o := range opts {
 		o(&so)
 	}
+	e.d = dispatch.New(dispatch.Options{Store: e.st, Config: pc, KeyPrefix: testPrefix, Registry: e.reg, Logger: zaptest.NewLogger(t), Tracer: so.Tracer})
+	t.Cleanup(e.d.Close)
+	so.Dispatcher = e.d
 	e.svc = rls.NewService(so)
 	e.srv = rls.NewServer(e.svc, zaptest.NewLogger(t))
 	dir, err := os.MkdirTemp("", "qr")

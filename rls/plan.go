@@ -201,6 +201,9 @@ func (p *plan) settle(quotaOf func(policy string) (quota int64, shadow, ok bool)
 		where[id] = len(p.checks) - 1
 		it.check = len(p.checks) - 1
 	}
+	if len(p.checks) > limits.MaxChecks {
+		return invalidf("the descriptors match %d limits: at most %d are taken at once", len(p.checks), limits.MaxChecks)
+	}
 	for i := range p.checks {
 		c := &p.checks[i]
 		quota, shadow, ok := int64(c.limit.RequestsPerUnit), c.limit.ShadowMode, true

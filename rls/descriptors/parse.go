@@ -132,10 +132,21 @@ func (p *parser) descriptor(parent *node, item *yaml.Node, path string, depth in
 		p.errorf(item, path, "", "a descriptor must be a mapping with a key:")
 		return
 	}
-	fields := p.fields(item, path, "", descriptorKeys)
+	// The key and value name the descriptor in every message about it,
+	// so they are looked up before the rest is read.
 	var e Entry
-	keyNode := fields["key"]
+	var keyNode, valueNode *yaml.Node
+	for i := 0; i+1 < len(item.Content); i += 2 {
+		switch k := resolve(item.Content[i]); {
+		case k.Kind != yaml.ScalarNode:
+		case k.Value == "key" && keyNode == nil:
+			keyNode = resolve(item.Content[i+1])
+		case k.Value == "value" && valueNode == nil:
+			valueNode = resolve(item.Content[i+1])
+		}
+	}
 	if keyNode == nil || isNull(keyNode) {
+		p.fields(item, path, "", descriptorKeys)
 		p.errorf(item, path, "key", "a descriptor must have a key")
 		return
 	}
@@ -143,8 +154,8 @@ func (p *parser) descriptor(parent *node, item *yaml.Node, path string, depth in
 	if e.Key, ok = p.str(keyNode, path, "key"); !ok {
 		return
 	}
-	if v := fields["value"]; v != nil && !isNull(v) {
-		if e.Value, ok = p.str(v, path, "value"); !ok {
+	if valueNode != nil {
+		if e.Value, ok = p.str(valueNode, path, "value"); !ok {
 			return
 		}
 	}
@@ -153,6 +164,7 @@ func (p *parser) descriptor(parent *node, item *yaml.Node, path string, depth in
 		label += ", value " + quote(e.Value)
 	}
 	path += label + ")"
+	fields := p.fields(item, path, "", descriptorKeys)
 	switch {
 	case e.Key == "":
 		p.errorf(keyNode, path, "key", "must not be empty")
@@ -161,7 +173,7 @@ func (p *parser) descriptor(parent *node, item *yaml.Node, path string, depth in
 		p.errorf(keyNode, path, "key", "longer than "+strconv.Itoa(limits.MaxRLSKeyBytes)+" bytes")
 		return
 	case len(e.Value) > limits.MaxRLSValueBytes:
-		p.errorf(fields["value"], path, "value", "longer than "+strconv.Itoa(limits.MaxRLSValueBytes)+" bytes")
+		p.errorf(valueNode, path, "value", "longer than "+strconv.Itoa(limits.MaxRLSValueBytes)+" bytes")
 		return
 	}
 	if line, dup := seen[e]; dup {

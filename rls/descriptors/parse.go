@@ -29,17 +29,29 @@ var (
 // so that aliases cannot make a small file decode to a huge one.
 const metadataBudget = 10_000
 
+// maxErrors is how many problems of one file are reported: past it, the
+// file is not read further.
+const maxErrors = 100
+
 // parser reads one file into a domain, collecting every problem.
 type parser struct {
 	file   string
 	domain string
 	errs   Errors
 	uses   []policyUse
-	nodes  int // descriptors read, every level counted
-	full   bool
+	nodes  int  // descriptors read, every level counted
+	full   bool // the file is not read further
 }
 
 func (p *parser) errorf(n *yaml.Node, path, field, msg string) {
+	if p.full {
+		return
+	}
+	if len(p.errs) == maxErrors {
+		p.errs = append(p.errs, &Error{File: p.file, Domain: p.domain, Msg: "more problems follow; fix these first"})
+		p.full = true
+		return
+	}
 	e := &Error{File: p.file, Domain: p.domain, Path: path, Field: field, Msg: msg}
 	if n != nil {
 		e.Line = n.Line
@@ -114,7 +126,8 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, path string, depth i
 		}
 		p.nodes++
 		if p.nodes > limits.MaxRLSConfigDescriptors {
-			p.errorf(item, path, "", "more than "+strconv.Itoa(limits.MaxRLSConfigDescriptors)+" descriptors in one file")
+			p.errorf(item, path, "", "more than "+strconv.Itoa(limits.MaxRLSConfigDescriptors)+
+				" descriptors in one file (an alias counts every time it is used)")
 			p.full = true
 			return
 		}

@@ -159,7 +159,8 @@ func build(files []file) (*Config, error) {
 	for _, f := range files {
 		p := &parser{file: f.name}
 		d := p.parseFile(f.data)
-		errs = append(errs, p.errs...)
+		problems := p.problems()
+		errs = append(errs, problems...)
 		if d == nil {
 			continue
 		}
@@ -168,7 +169,7 @@ func build(files []file) (*Config, error) {
 			continue
 		}
 		first[d.name] = f.name
-		if len(p.errs) == 0 {
+		if len(problems) == 0 {
 			c.domains[d.name] = d
 			c.uses = append(c.uses, p.uses...)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -41,6 +42,8 @@ type parser struct {
 	uses   []policyUse
 	nodes  int  // descriptors read, every level counted
 	full   bool // the file is not read further
+	// truncated: more problems than maxErrors; problems says so.
+	truncated bool
 }
 
 func (p *parser) errorf(n *yaml.Node, path, field, msg string) {
@@ -48,8 +51,7 @@ func (p *parser) errorf(n *yaml.Node, path, field, msg string) {
 		return
 	}
 	if len(p.errs) == maxErrors {
-		p.errs = append(p.errs, &Error{File: p.file, Domain: p.domain, Msg: "more problems follow; fix these first"})
-		p.full = true
+		p.truncated, p.full = true, true
 		return
 	}
 	e := &Error{File: p.file, Domain: p.domain, Path: path, Field: field, Msg: msg}
@@ -57,6 +59,15 @@ func (p *parser) errorf(n *yaml.Node, path, field, msg string) {
 		e.Line = n.Line
 	}
 	p.errs = append(p.errs, e)
+}
+
+// problems returns the file's problems in line order.
+func (p *parser) problems() Errors {
+	slices.SortStableFunc(p.errs, func(a, b *Error) int { return a.Line - b.Line })
+	if p.truncated {
+		p.errs = append(p.errs, &Error{File: p.file, Domain: p.domain, Msg: "more problems follow; fix these first"})
+	}
+	return p.errs
 }
 
 // parseFile returns the file's domain, or nil when it has none; problems

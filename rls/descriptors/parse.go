@@ -205,10 +205,11 @@ func (p *parser) descriptor(parent *node, item *yaml.Node, path string, depth in
 		if e.Value != "" {
 			what = "key " + quote(e.Key) + " with value " + quote(e.Value)
 		}
+		// Read on, for the problems of its own; it is not added.
 		p.errorf(keyNode, path, "", what+" given twice at this level (first at line "+strconv.Itoa(line)+")")
-		return
+	} else {
+		seen[e] = keyNode.Line
 	}
-	seen[e] = keyNode.Line
 
 	n := &node{key: e.Key, value: e.Value, path: parent.path + "." + e.Key}
 	if e.Value != "" {

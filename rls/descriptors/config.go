@@ -76,6 +76,12 @@ func (c *Config) MissingPolicies(exists func(name string) bool) error {
 	return nil
 }
 
+// Same reports whether c and other were built from the same files with
+// the same contents.
+func (c *Config) Same(other *Config) bool {
+	return c != nil && other != nil && c.digest == other.digest
+}
+
 // file is one descriptors file's name (as errors give it) and contents.
 type file struct {
 	name string

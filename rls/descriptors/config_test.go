@@ -823,3 +823,13 @@ func TestParseErrorsTruncated(t *testing.T) {
 		t.Errorf("first %+v, last %+v %+v", es[0], es[maxErrors-1], es[maxErrors])
 	}
 }
+
+// Same tells configs built from the same files apart from others.
+func TestSame(t *testing.T) {
+	a := mustLoad(t, "testdata/shop.yaml")
+	b := mustLoad(t, "testdata/shop.yaml")
+	c := mustLoad(t, "testdata/gateway.yaml")
+	if !a.Same(b) || a.Same(c) || a.Same(nil) {
+		t.Errorf("Same: %v %v %v", a.Same(b), a.Same(c), a.Same(nil))
+	}
+}

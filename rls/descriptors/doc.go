@@ -53,5 +53,11 @@
 // are built at load, so a match allocates only the counter key it
 // returns.
 //
+// # Reload
+//
+// Reloader keeps a service's Config in step with the files (on a poll and
+// on Trigger, for SIGHUP), keeping the config in use when a change fails
+// to load or its Check refuses it.
+//
 // This package knows no wire, no Redis and no policy file.
 package descriptors

@@ -34,8 +34,11 @@ type policyUse struct {
 	err    Error // the place; Msg is filled when the policy is missing
 }
 
-// Domains returns the domains, sorted.
+// Domains returns the domains, sorted; none for a nil Config.
 func (c *Config) Domains() []string {
+	if c == nil {
+		return nil
+	}
 	names := make([]string, 0, len(c.domains))
 	for n := range c.domains {
 		names = append(names, n)
@@ -48,6 +51,9 @@ func (c *Config) Domains() []string {
 // (quotad_policy), sorted, each once.
 func (c *Config) Policies() []string {
 	var names []string
+	if c == nil {
+		return nil
+	}
 	for _, u := range c.uses {
 		if !slices.Contains(names, u.policy) {
 			names = append(names, u.policy)

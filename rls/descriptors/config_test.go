@@ -833,3 +833,11 @@ func TestSame(t *testing.T) {
 		t.Errorf("Same: %v %v %v", a.Same(b), a.Same(c), a.Same(nil))
 	}
 }
+
+// A service without descriptors holds a nil Config: it matches nothing.
+func TestNilConfig(t *testing.T) {
+	var c *Config
+	if _, ok := c.Match("d", e("k", "v")); ok || c.Domains() != nil || c.Policies() != nil {
+		t.Error("a nil Config matched or has domains")
+	}
+}

@@ -100,8 +100,12 @@ const maxStackEntries = 8
 // in file order, then the key alone. Only a descriptor matched at the
 // request's last entry gives a limit: a request with more entries than
 // the file's path, or fewer, matches nothing. ok is false for an unknown
-// domain or no match. Match allocates only the key it returns.
+// domain, no match or a nil Config. Match allocates only the key it
+// returns.
 func (c *Config) Match(domain string, entries []Entry) (m Match, ok bool) {
+	if c == nil {
+		return Match{}, false
+	}
 	d := c.domains[domain]
 	if d == nil || len(entries) == 0 {
 		return Match{}, false

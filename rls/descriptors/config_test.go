@@ -841,3 +841,24 @@ func TestNilConfig(t *testing.T) {
 		t.Error("a nil Config matched or has domains")
 	}
 }
+
+// A file as deep as the longest request descriptor matches it.
+func TestDeepest(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	var entries []Entry
+	for i := 0; i < limits.MaxRLSEntries; i++ {
+		in := strings.Repeat("    ", i)
+		b.WriteString(in + "  - key: k" + strconv.Itoa(i) + "\n")
+		if i == limits.MaxRLSEntries-1 {
+			b.WriteString(in + "    rate_limit: {unit: second, requests_per_unit: 3}\n" + in + "    descriptors: []\n")
+		} else {
+			b.WriteString(in + "    descriptors:\n")
+		}
+		entries = append(entries, Entry{"k" + strconv.Itoa(i), "v"})
+	}
+	c := mustParse(t, b.String())
+	if m, ok := c.Match("d", entries); !ok || m.Limit.RequestsPerUnit != 3 {
+		t.Errorf("%d entries: %+v %v", len(entries), m, ok)
+	}
+}

@@ -125,7 +125,7 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, path string, depth i
 		p.errorf(list, path, "descriptors", "must be a list of descriptors")
 		return
 	}
-	if depth > limits.MaxRLSEntries {
+	if depth > limits.MaxRLSEntries && len(list.Content) > 0 {
 		p.errorf(list, path, "descriptors", "nested more than "+strconv.Itoa(limits.MaxRLSEntries)+
 			" levels deep: a request descriptor has at most that many entries")
 		return

@@ -50,8 +50,7 @@
 // with a '*' (anywhere in the value, each matching any run of bytes) in
 // file order, then the key without a value. A limit applies only where
 // the descriptor matched at the request's last entry has one. The maps
-// are built at load, so a match allocates only the counter key it
-// returns.
+// are built at load, so a match allocates only the keys it returns.
 //
 // # Reload
 //

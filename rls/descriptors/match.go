@@ -100,8 +100,9 @@ const maxStackEntries = 8
 // in file order, then the key alone. Only a descriptor matched at the
 // request's last entry gives a limit: a request with more entries than
 // the file's path, or fewer, matches nothing. ok is false for an unknown
-// domain, no match or a nil Config. Match allocates only the key it
-// returns.
+// domain, no match or a nil Config. Match allocates only the keys it
+// returns: Key, and MetricKey when detailed_metric or value_to_metric puts
+// request values in it.
 func (c *Config) Match(domain string, entries []Entry) (m Match, ok bool) {
 	if c == nil {
 		return Match{}, false

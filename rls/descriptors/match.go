@@ -33,9 +33,13 @@ type wildcard struct {
 // add puts child under n.
 func (n *node) add(child *node, isWildcard bool) {
 	n.children++
-	switch {
-	case isWildcard:
+	if isWildcard {
 		n.wild = append(n.wild, wildcard{key: child.key, parts: strings.Split(child.value, "*"), node: child})
+	}
+	// A wildcard is also found exactly by a request whose value is the
+	// pattern itself, before the wildcards are tried, as in
+	// envoyproxy/ratelimit.
+	switch {
 	case child.value == "":
 		if n.bare == nil {
 			n.bare = map[string]*node{}

@@ -55,10 +55,12 @@ func refGlob(pattern, s string) bool {
 }
 
 // refMatch is the reference's GetLimit walk, without overrides: the node
-// whose limit applies, or nil.
-func refMatch(root *refNode, entries []Entry) *node {
+// whose limit applies, or nil, and the counter's name as its cache key
+// generator writes it (without prefix and window).
+func refMatch(root *refNode, domain string, entries []Entry) (*node, string) {
 	cur := root
 	var found *node
+	shared := map[int]string{}
 	for i, e := range entries {
 		final := e.Key + "_" + e.Value
 		next := cur.children[final]
@@ -66,6 +68,9 @@ func refMatch(root *refNode, entries []Entry) *node {
 			for _, w := range cur.wild {
 				if refGlob(w, final) {
 					next = cur.children[w]
+					if next.n.shareThreshold {
+						shared[i] = strings.TrimPrefix(w, e.Key+"_")
+					}
 					break
 				}
 			}
@@ -81,12 +86,21 @@ func refMatch(root *refNode, entries []Entry) *node {
 		}
 		cur = next
 	}
-	return found
+	key := domain + "_"
+	for i, e := range entries {
+		v := e.Value
+		if p, ok := shared[i]; ok {
+			v = p
+		}
+		key += e.Key + "_" + v + "_"
+	}
+	return found, key
 }
 
-// Match agrees with envoyproxy/ratelimit's walk on every request whose keys
-// hold no '_' (where its joined KEY_VALUE cannot be confused): many random
-// requests over the keys and values of the test files.
+// Match agrees with envoyproxy/ratelimit's walk, and its counters with the
+// reference's, on every request whose keys and values hold no '_' (where
+// its joined names cannot be confused): many random requests over the keys
+// and values of the test files.
 func TestMatchAgreesWithReference(t *testing.T) {
 	configs := map[string]*Config{
 		"shop":    mustLoad(t, "testdata/shop.yaml"),
@@ -100,6 +114,7 @@ descriptors:
   - {key: k, value: "abc", rate_limit: {unit: second, requests_per_unit: 4}}
   - {key: k, rate_limit: {unit: second, requests_per_unit: 5}, descriptors: [{key: j, value: "a*b*c", rate_limit: {unit: second, requests_per_unit: 6}}]}
   - {key: j, value: "*", descriptors: [{key: k, value: "*", rate_limit: {unit: second, requests_per_unit: 7}}, {key: j}]}
+  - {key: s, value: "a*", share_threshold: true, rate_limit: {unit: second, requests_per_unit: 8}, descriptors: [{key: s, value: "*c", share_threshold: true, rate_limit: {unit: second, requests_per_unit: 9}}, {key: k, rate_limit: {unit: second, requests_per_unit: 10}}]}
 `),
 	}
 	// The words requests are made of: every key and value of the files, and
@@ -127,6 +142,8 @@ descriptors:
 		collect(d, c.domains[d].root)
 		words[d+"/values"] = append(words[d+"/values"], "", "zz", "abc", "axbxc", "c")
 	}
+	// One counter in the reference is one counter here, and two are two.
+	keys, refKeys := map[string]string{}, map[string]string{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(s []string) string { return s[rng.IntN(len(s))] }
 	compared, matched := 0, 0
@@ -139,13 +156,22 @@ descriptors:
 			}
 			underscore := false
 			for _, e := range entries {
-				underscore = underscore || strings.Contains(e.Key, "_")
+				underscore = underscore || strings.Contains(e.Key, "_") || strings.Contains(e.Value, "_")
 			}
 			if underscore {
 				continue
 			}
-			want := refMatch(ref, entries)
+			want, refKey := refMatch(ref, d, entries)
 			m, ok := c.Match(d, entries)
+			if ok {
+				if k, seen := refKeys[m.Key]; seen && k != refKey {
+					t.Fatalf("%s %v: counter %q is the reference's %q and %q", d, entries, m.Key, k, refKey)
+				}
+				if k, seen := keys[refKey]; seen && k != m.Key {
+					t.Fatalf("%s %v: the reference's counter %q is %q and %q", d, entries, refKey, k, m.Key)
+				}
+				refKeys[m.Key], keys[refKey] = refKey, m.Key
+			}
 			compared++
 			switch {
 			case want == nil && ok:

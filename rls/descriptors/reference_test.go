@@ -55,19 +55,23 @@ func refGlob(pattern, s string) bool {
 }
 
 // refMatch is the reference's GetLimit walk, without overrides: the node
-// whose limit applies, or nil, and the counter's name as its cache key
-// generator writes it (without prefix and window).
-func refMatch(root *refNode, domain string, entries []Entry) (*node, string) {
+// whose limit applies, or nil; the counter's name as its cache key
+// generator writes it (without prefix and window); and the name of its
+// stats, detailed_metric and value_to_metric applied.
+func refMatch(root *refNode, domain string, entries []Entry) (found *node, key, stats string) {
 	cur := root
-	var found *node
 	shared := map[int]string{}
+	detailed := domain
+	toMetric := domain
 	for i, e := range entries {
 		final := e.Key + "_" + e.Value
+		detailed += "." + final
 		next := cur.children[final]
+		wildKey := ""
 		if next == nil {
 			for _, w := range cur.wild {
 				if refGlob(w, final) {
-					next = cur.children[w]
+					next, wildKey = cur.children[w], w
 					if next.n.shareThreshold {
 						shared[i] = strings.TrimPrefix(w, e.Key+"_")
 					}
@@ -75,8 +79,29 @@ func refMatch(root *refNode, domain string, entries []Entry) (*node, string) {
 				}
 			}
 		}
+		byValue := next != nil
 		if next == nil {
 			next = cur.children[e.Key]
+		}
+		toMetric += "."
+		if next != nil {
+			v := ""
+			switch _, share := shared[i]; {
+			case wildKey != "" && share:
+				v = shared[i]
+			case wildKey != "" && next.n.valueToMetric:
+				v = e.Value
+			case wildKey != "":
+				v = strings.TrimPrefix(wildKey, e.Key+"_")
+			case byValue, next.n.valueToMetric:
+				v = e.Value
+			}
+			toMetric += e.Key
+			if v != "" {
+				toMetric += "_" + v
+			}
+		} else {
+			toMetric += e.Key
 		}
 		if next != nil && next.n.limit != nil && i == len(entries)-1 {
 			found = next.n
@@ -86,7 +111,7 @@ func refMatch(root *refNode, domain string, entries []Entry) (*node, string) {
 		}
 		cur = next
 	}
-	key := domain + "_"
+	key = domain + "_"
 	for i, e := range entries {
 		v := e.Value
 		if p, ok := shared[i]; ok {
@@ -94,7 +119,25 @@ func refMatch(root *refNode, domain string, entries []Entry) (*node, string) {
 		}
 		key += e.Key + "_" + v + "_"
 	}
-	return found, key
+	if found == nil {
+		return nil, key, ""
+	}
+	stats = toMetric
+	if found.limit.DetailedMetric {
+		stats = detailed
+		if len(shared) > 0 {
+			stats = domain
+			for i, e := range entries {
+				stats += "." + e.Key
+				if p, ok := shared[i]; ok {
+					stats += "_" + p
+				} else if e.Value != "" {
+					stats += "_" + e.Value
+				}
+			}
+		}
+	}
+	return found, key, stats
 }
 
 // Match agrees with envoyproxy/ratelimit's walk, and its counters with the
@@ -114,7 +157,8 @@ descriptors:
   - {key: k, value: "abc", rate_limit: {unit: second, requests_per_unit: 4}}
   - {key: k, rate_limit: {unit: second, requests_per_unit: 5}, descriptors: [{key: j, value: "a*b*c", rate_limit: {unit: second, requests_per_unit: 6}}]}
   - {key: j, value: "*", descriptors: [{key: k, value: "*", rate_limit: {unit: second, requests_per_unit: 7}}, {key: j}]}
-  - {key: s, value: "a*", share_threshold: true, rate_limit: {unit: second, requests_per_unit: 8}, descriptors: [{key: s, value: "*c", share_threshold: true, rate_limit: {unit: second, requests_per_unit: 9}}, {key: k, rate_limit: {unit: second, requests_per_unit: 10}}]}
+  - {key: v, value_to_metric: true, descriptors: [{key: v, value: "a*", value_to_metric: true, descriptors: [{key: k, detailed_metric: true, rate_limit: {unit: second, requests_per_unit: 11}}, {key: j, rate_limit: {unit: second, requests_per_unit: 12}}]}, {key: k, value: abc, value_to_metric: true, rate_limit: {unit: second, requests_per_unit: 13}}]}
+  - {key: s, value: "a*", share_threshold: true, value_to_metric: true, rate_limit: {unit: second, requests_per_unit: 8}, descriptors: [{key: s, value: "*c", share_threshold: true, rate_limit: {unit: second, requests_per_unit: 9}}, {key: k, detailed_metric: true, rate_limit: {unit: second, requests_per_unit: 10}}]}
 `),
 	}
 	// The words requests are made of: every key and value of the files, and
@@ -161,8 +205,11 @@ descriptors:
 			if underscore {
 				continue
 			}
-			want, refKey := refMatch(ref, d, entries)
+			want, refKey, refStats := refMatch(ref, d, entries)
 			m, ok := c.Match(d, entries)
+			if ok && m.MetricKey != refStats {
+				t.Fatalf("%s %v: metric key %q, the reference's %q", d, entries, m.MetricKey, refStats)
+			}
 			if ok {
 				if k, seen := refKeys[m.Key]; seen && k != refKey {
 					t.Fatalf("%s %v: counter %q is the reference's %q and %q", d, entries, m.Key, k, refKey)
@@ -176,7 +223,7 @@ descriptors:
 			switch {
 			case want == nil && ok:
 				t.Fatalf("%s %v: matched %s, the reference matches nothing", d, entries, m.Path)
-			case want != nil && (!ok || m.Limit != want.limit):
+			case want != nil && (!ok || m.Limit != want.limit || m.Path != want.path):
 				t.Fatalf("%s %v: got %+v %v, the reference matches %s", d, entries, m, ok, want.path)
 			case ok:
 				matched++

@@ -2,7 +2,6 @@ package descriptors
 
 import (
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -35,8 +34,11 @@ type policyUse struct {
 	err    Error // the place; Msg is filled when the policy is missing
 }
 
-// Domains returns the domains, sorted.
+// Domains returns the domains, sorted; none for a nil Config.
 func (c *Config) Domains() []string {
+	if c == nil {
+		return nil
+	}
 	names := make([]string, 0, len(c.domains))
 	for n := range c.domains {
 		names = append(names, n)
@@ -49,6 +51,9 @@ func (c *Config) Domains() []string {
 // (quotad_policy), sorted, each once.
 func (c *Config) Policies() []string {
 	var names []string
+	if c == nil {
+		return nil
+	}
 	for _, u := range c.uses {
 		if !slices.Contains(names, u.policy) {
 			names = append(names, u.policy)
@@ -160,41 +165,44 @@ func isYAMLName(name string) bool {
 
 // build parses every file and joins their domains.
 func build(files []file) (*Config, error) {
-	c := &Config{domains: map[string]*domain{}}
-	h := sha256.New()
+	c := &Config{domains: map[string]*domain{}, digest: digest(files)}
 	var errs Errors
+	first := map[string]string{} // the file of each domain, valid or not
 	for _, f := range files {
-		fmt.Fprintf(h, "%d:%s%d:", len(f.name), f.name, len(f.data))
-		h.Write(f.data)
 		p := &parser{file: f.name}
 		d := p.parseFile(f.data)
-		errs = append(errs, p.errs...)
+		problems := p.problems()
+		errs = append(errs, problems...)
 		if d == nil {
 			continue
 		}
-		if prev, dup := c.domains[d.name]; dup {
-			errs = append(errs, &Error{File: f.name, Domain: d.name, Msg: "domain given again (first in " + prev.file + ")"})
+		if prev, dup := first[d.name]; dup {
+			errs = append(errs, &Error{File: f.name, Domain: d.name, Msg: "domain given again (first in " + prev + ")"})
 			continue
 		}
-		if len(p.errs) == 0 {
+		first[d.name] = f.name
+		if len(problems) == 0 {
 			c.domains[d.name] = d
 			c.uses = append(c.uses, p.uses...)
 		}
 	}
-	h.Sum(c.digest[:0])
 	if len(errs) > 0 {
 		return nil, errs
 	}
 	return c, nil
 }
 
-// errorsOf returns the problems of err, for callers that print one a line.
-func errorsOf(err error) Errors {
-	var es Errors
-	if errors.As(err, &es) {
-		return es
+// digest sums the files' names and contents, so a reload notices a change
+// to either.
+func digest(files []file) [sha256.Size]byte {
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%d:%s%d:", len(f.name), f.name, len(f.data))
+		h.Write(f.data)
 	}
-	return nil
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }

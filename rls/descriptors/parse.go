@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,22 +30,44 @@ var (
 // so that aliases cannot make a small file decode to a huge one.
 const metadataBudget = 10_000
 
+// maxErrors is how many problems of one file are reported: past it, the
+// file is not read further.
+const maxErrors = 100
+
 // parser reads one file into a domain, collecting every problem.
 type parser struct {
 	file   string
 	domain string
 	errs   Errors
 	uses   []policyUse
-	nodes  int // descriptors read, every level counted
-	full   bool
+	nodes  int  // descriptors read, every level counted
+	full   bool // the file is not read further
+	// truncated: more problems than maxErrors; problems says so.
+	truncated bool
 }
 
 func (p *parser) errorf(n *yaml.Node, path, field, msg string) {
+	if p.full {
+		return
+	}
+	if len(p.errs) == maxErrors {
+		p.truncated, p.full = true, true
+		return
+	}
 	e := &Error{File: p.file, Domain: p.domain, Path: path, Field: field, Msg: msg}
 	if n != nil {
 		e.Line = n.Line
 	}
 	p.errs = append(p.errs, e)
+}
+
+// problems returns the file's problems in line order.
+func (p *parser) problems() Errors {
+	slices.SortStableFunc(p.errs, func(a, b *Error) int { return a.Line - b.Line })
+	if p.truncated {
+		p.errs = append(p.errs, &Error{File: p.file, Domain: p.domain, Msg: "more problems follow; fix these first"})
+	}
+	return p.errs
 }
 
 // parseFile returns the file's domain, or nil when it has none; problems
@@ -102,7 +125,7 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, path string, depth i
 		p.errorf(list, path, "descriptors", "must be a list of descriptors")
 		return
 	}
-	if depth > limits.MaxRLSEntries {
+	if depth > limits.MaxRLSEntries && len(list.Content) > 0 {
 		p.errorf(list, path, "descriptors", "nested more than "+strconv.Itoa(limits.MaxRLSEntries)+
 			" levels deep: a request descriptor has at most that many entries")
 		return
@@ -114,7 +137,8 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, path string, depth i
 		}
 		p.nodes++
 		if p.nodes > limits.MaxRLSConfigDescriptors {
-			p.errorf(item, path, "", "more than "+strconv.Itoa(limits.MaxRLSConfigDescriptors)+" descriptors in one file")
+			p.errorf(item, path, "", "more than "+strconv.Itoa(limits.MaxRLSConfigDescriptors)+
+				" descriptors in one file (an alias counts every time it is used)")
 			p.full = true
 			return
 		}
@@ -132,10 +156,21 @@ func (p *parser) descriptor(parent *node, item *yaml.Node, path string, depth in
 		p.errorf(item, path, "", "a descriptor must be a mapping with a key:")
 		return
 	}
-	fields := p.fields(item, path, "", descriptorKeys)
+	// The key and value name the descriptor in every message about it,
+	// so they are looked up before the rest is read.
 	var e Entry
-	keyNode := fields["key"]
+	var keyNode, valueNode *yaml.Node
+	for i := 0; i+1 < len(item.Content); i += 2 {
+		switch k := resolve(item.Content[i]); {
+		case k.Kind != yaml.ScalarNode:
+		case k.Value == "key" && keyNode == nil:
+			keyNode = resolve(item.Content[i+1])
+		case k.Value == "value" && valueNode == nil:
+			valueNode = resolve(item.Content[i+1])
+		}
+	}
 	if keyNode == nil || isNull(keyNode) {
+		p.fields(item, path, "", descriptorKeys)
 		p.errorf(item, path, "key", "a descriptor must have a key")
 		return
 	}
@@ -143,8 +178,8 @@ func (p *parser) descriptor(parent *node, item *yaml.Node, path string, depth in
 	if e.Key, ok = p.str(keyNode, path, "key"); !ok {
 		return
 	}
-	if v := fields["value"]; v != nil && !isNull(v) {
-		if e.Value, ok = p.str(v, path, "value"); !ok {
+	if valueNode != nil {
+		if e.Value, ok = p.str(valueNode, path, "value"); !ok {
 			return
 		}
 	}
@@ -153,6 +188,7 @@ func (p *parser) descriptor(parent *node, item *yaml.Node, path string, depth in
 		label += ", value " + quote(e.Value)
 	}
 	path += label + ")"
+	fields := p.fields(item, path, "", descriptorKeys)
 	switch {
 	case e.Key == "":
 		p.errorf(keyNode, path, "key", "must not be empty")
@@ -161,7 +197,7 @@ func (p *parser) descriptor(parent *node, item *yaml.Node, path string, depth in
 		p.errorf(keyNode, path, "key", "longer than "+strconv.Itoa(limits.MaxRLSKeyBytes)+" bytes")
 		return
 	case len(e.Value) > limits.MaxRLSValueBytes:
-		p.errorf(fields["value"], path, "value", "longer than "+strconv.Itoa(limits.MaxRLSValueBytes)+" bytes")
+		p.errorf(valueNode, path, "value", "longer than "+strconv.Itoa(limits.MaxRLSValueBytes)+" bytes")
 		return
 	}
 	if line, dup := seen[e]; dup {
@@ -169,10 +205,11 @@ func (p *parser) descriptor(parent *node, item *yaml.Node, path string, depth in
 		if e.Value != "" {
 			what = "key " + quote(e.Key) + " with value " + quote(e.Value)
 		}
+		// Read on, for the problems of its own; it is not added.
 		p.errorf(keyNode, path, "", what+" given twice at this level (first at line "+strconv.Itoa(line)+")")
-		return
+	} else {
+		seen[e] = keyNode.Line
 	}
-	seen[e] = keyNode.Line
 
 	n := &node{key: e.Key, value: e.Value, path: parent.path + "." + e.Key}
 	if e.Value != "" {

@@ -73,14 +73,11 @@ func serveRLS(ctx context.Context, srv *sidecar.Server, opts rls.Options, cfg *d
 	}
 	srv.AddFront(rs)
 	rs.Serving(true)
-	trigger := make(chan struct{}, 1)
-	go svc.Watch(ctx, opts.Config, poll, trigger, policyExists(srv.Config))
+	reloader := descriptors.NewReloader(opts.Config, poll, svc, log)
+	exists := policyExists(srv.Config)
+	reloader.Check = func(c *descriptors.Config) error { return c.MissingPolicies(exists) }
+	go reloader.Run(ctx)
 	log.Info("serving envoy's rate limit service", zap.String("socket", opts.Socket), zap.String("addr", opts.Addr),
 		zap.String("config", opts.Config), zap.Strings("domains", cfg.Domains()))
-	return func() {
-		select {
-		case trigger <- struct{}{}:
-		default:
-		}
-	}, nil
+	return reloader.Trigger, nil
 }

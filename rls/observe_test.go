@@ -2,14 +2,19 @@ package rls_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/metadata"
 
 	"quotad/integration/otlptest"
 	"quotad/rls"
+	"quotad/rls/descriptors"
 	"quotad/tracing"
 )
 
@@ -133,4 +138,36 @@ func (e *env) counter(t *testing.T, name string, want map[string]string) float64
 		}
 	}
 	return -1
+}
+
+// The descriptors reload under the running service: a call sees the old
+// file or the new one, and a file that fails to load is counted and
+// leaves the one in use.
+func TestReload(t *testing.T) {
+	e := setup(t, edge, apiPolicy)
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(path, []byte(strings.Replace(edge, "requests_per_unit: 3", "requests_per_unit: 30", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := descriptors.NewReloader(path, time.Hour, e.svc, zaptest.NewLogger(t))
+	if !r.Load(false) {
+		t.Fatal("the changed file was not loaded")
+	}
+	if resp := e.call(request("edge", []string{"user", "r"})); resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 30 {
+		t.Fatalf("after the reload: %v, want the new limit 30", resp)
+	}
+	if err := os.WriteFile(path, []byte("domain: edge\nbogus: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r.Load(false) {
+		t.Fatal("a bad file was loaded")
+	}
+	if resp := e.call(request("edge", []string{"user", "r"})); resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 30 {
+		t.Fatalf("after a bad file: %v, want the limit in use, 30", resp)
+	}
+	for result, want := range map[string]float64{"ok": 1, "failed": 1} {
+		if got := e.counter(t, "quotad_rls_config_reloads_total", map[string]string{"result": result}); got != want {
+			t.Errorf("quotad_rls_config_reloads_total{result=%q} = %v, want %v", result, got, want)
+		}
+	}
 }

@@ -213,6 +213,10 @@ type Given struct {
 	// may be given.
 	Counter string
 	Shadow  bool
+	// GiveBack gives the check's cost back to its window instead of
+	// taking it (Envoy's negative hits): its request is a peek, answered
+	// as one with the window after. Not idempotent.
+	GiveBack bool
 }
 
 // check is one limit a decision is decided against.
@@ -235,6 +239,12 @@ func (dec *Decision) givenOf(i int) *Given {
 		return dec.given[i]
 	}
 	return nil
+}
+
+// givesBack reports whether dec gives back to a window (Given.GiveBack).
+func (dec *Decision) givesBack() bool {
+	g := dec.givenOf(0)
+	return g != nil && g.GiveBack
 }
 
 // listed reports whether the request gave "checks": its reply has one
@@ -318,7 +328,11 @@ func (d *Dispatcher) prepareCheck(dec *Decision, i int) error {
 		if g.Shape.Algorithm() != limits.Calendar {
 			return &protocol.Error{Code: protocol.CodeInternal, Message: "a given limit is a calendar window, not " + strconv.Quote(g.Shape.Algorithm())}
 		}
-		*l = Limit{Algorithm: forOp(c.req.Op, calendar{}), Shape: g.Shape, Policy: g.Name, Shadow: g.Shadow, MaxRequestIDs: limits.DefaultMaxRequestIDs}
+		var alg Algorithm = calendar{}
+		if g.GiveBack {
+			alg = givingBack{}
+		}
+		*l = Limit{Algorithm: forOp(c.req.Op, alg), Shape: g.Shape, Policy: g.Name, Shadow: g.Shadow, MaxRequestIDs: limits.DefaultMaxRequestIDs}
 	} else if err := d.resolve(c.req, dec.cfg, l); err != nil {
 		return err
 	}
@@ -372,6 +386,10 @@ func (d *Dispatcher) Run(dec *Decision) {
 	switch req.Op {
 	case protocol.OpSettle:
 		d.deny.forget(dec.key())
+	case protocol.OpPeek:
+		if dec.givesBack() {
+			d.deny.forget(dec.key())
+		}
 	case protocol.OpTake:
 		for i := range dec.checks {
 			c := &dec.checks[i]
@@ -464,7 +482,7 @@ func (d *Dispatcher) conclude(dec *Decision) {
 
 // finish counts a decided request and hands it back.
 func (d *Dispatcher) finish(dec *Decision) {
-	if dec.Out.Op == protocol.OpSettle && dec.key() != "" {
+	if (dec.Out.Op == protocol.OpSettle || dec.givesBack()) && dec.key() != "" {
 		// Applied or maybe applied: what a denial said may no longer hold.
 		d.deny.forget(dec.key())
 	}

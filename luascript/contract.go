@@ -136,6 +136,7 @@ var (
 	calendarTakeContract   = contract{3, argList(limitArg, num("cost", "cost", "1", "limit"), maxIDsArg, strictArg, idArg, calendarArgs), byMatch}
 	calendarPeekContract   = contract{3, argList(limitArg, strictArg, calendarArgs), oneByOne}
 	calendarSettleContract = contract{3, argList(limitArg, settleCost, strictArg, idRequired, calendarArgs), oneByOne}
+	calendarGiveContract   = contract{3, argList(limitArg, num("cost", "cost", "1", "MAX_LIMIT"), strictArg, calendarArgs), oneByOne}
 )
 
 // argv are the contract's arguments in ARGV order: all but its rules.

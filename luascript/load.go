@@ -23,6 +23,7 @@ var scripts = []*script{
 	slidingWindowTake, slidingWindowPeek,
 	calendarTake, calendarPeek,
 	fixedWindowSettle, slidingWindowSettle, calendarSettle, tokenBucketSettle,
+	calendarGive,
 	takeChecks, giveBack,
 }
 

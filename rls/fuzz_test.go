@@ -60,6 +60,8 @@ func requestOf(data []byte) *rlsv3.RateLimitRequest {
 			switch {
 			case len(f) == 2 && f[0] == 2:
 				rd.HitsAddend = wrapperspb.UInt64(uint64(f[1]))
+			case len(f) == 1 && f[0] == 4:
+				rd.IsNegativeHits = true
 			case len(f) == 3 && f[0] == 3:
 				rd.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(f[1]), Unit: typev3.RateLimitUnit(f[2] % 8)}
 			case j+1 < len(fields):
@@ -90,7 +92,7 @@ func FuzzRequest(f *testing.F) {
 	f.Add(seed)
 	for _, s := range []string{
 		"edge\x00user\x00a", "edge\x00user\x00a\x01user\x00a", "edge\x00path\x00/api/q\x00method\x00PUT\x01tenant\x00t\x00\x02\x09",
-		"edge\x00app\x00shop\x01shadow\x00s", "edge\x00free\x00x\x01\x03\x05\x04user\x00b", "nowhere\x00\x03\x01\x02user\x00x", "\x00user\x00a", "edge",
+		"edge\x00app\x00shop\x01shadow\x00s", "edge\x00user\x00a\x00\x04\x01tenant\x00t\x00\x04", "edge\x00free\x00x\x01\x03\x05\x04user\x00b", "nowhere\x00\x03\x01\x02user\x00x", "\x00user\x00a", "edge",
 	} {
 		f.Add([]byte(s))
 	}

@@ -21,7 +21,9 @@ type plan struct {
 	domain string
 	items  []item
 	checks []check
-	peeks  []check
+	// peeks are the descriptors of cost 0, and the give backs (negative
+	// hits): each its own decision, beside the take.
+	peeks []check
 	// denied: a descriptor that is neither in shadow nor quota mode is
 	// over its limit before anything is asked (a cost above it): the
 	// request is OVER_LIMIT and its takes are only peeked, so that it
@@ -93,9 +95,6 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 			}
 			entries[j] = descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
-		if d.GetIsNegativeHits() {
-			return nil, invalidf("descriptor %d: is_negative_hits is not supported", i+1)
-		}
 		if o := d.GetLimit(); o != nil && known {
 			rl, err := overrideOf(o)
 			if err != nil {
@@ -136,6 +135,12 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 		if c.req.Cost > limits.MaxLimit {
 			return nil, invalidf("descriptor %d: hits_addend %d: at most %d", i+1, c.req.Cost, limits.MaxLimit)
 		}
+		if d.GetIsNegativeHits() {
+			if c.given == nil {
+				return nil, invalidf("descriptor %d: is_negative_hits gives back to a limit of the file, not to quotad policy %q", i+1, c.req.Policy)
+			}
+			c.given.GiveBack = true
+		}
 		if c.given != nil {
 			c.given.Name = "rls:" + p.domain
 			c.req.Subject = c.given.Counter
@@ -149,8 +154,8 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 	if replaced != nil {
 		for i := range p.items {
 			it := &p.items[i]
-			if it.limit != nil && it.limit.Name != "" && replaced[it.limit.Name] {
-				it.limit, it.check, it.unlimited = nil, -1, false
+			if it.limit != nil && !it.unlimited && it.limit.Name != "" && replaced[it.limit.Name] {
+				it.limit, it.check = nil, -1
 			}
 		}
 	}
@@ -180,13 +185,17 @@ func (p *plan) settle(quotaOf func(policy string) (quota int64, shadow, ok bool)
 				return invalidf("descriptor %d: %d per %d %s: %s", i+1, c.limit.RequestsPerUnit, mult, c.limit.Unit, err.Error())
 			}
 		}
-		if c.req.Cost == 0 {
+		if c.req.Cost == 0 || c.given != nil && c.given.GiveBack {
+			// A peek, or a give back (negative hits), beside the take.
 			if c.given != nil && c.limit.RequestsPerUnit == 0 {
 				// Nothing to peek at: no request ever fits.
 				it.check, it.empty = -1, true
 				continue
 			}
 			c.req.Op = protocol.OpPeek
+			if c.req.Cost == 0 && c.given != nil {
+				c.given.GiveBack = false
+			}
 			p.peeks = append(p.peeks, c)
 			it.check, it.peek = len(p.peeks)-1, true
 			continue

@@ -20,6 +20,7 @@ import (
 
 	"quotad/dispatch"
 	"quotad/limits"
+	"quotad/policy"
 	"quotad/protocol"
 	"quotad/rls/descriptors"
 )
@@ -102,7 +103,7 @@ func (s *Service) quotaOf(name string) (quota int64, shadow, ok bool) {
 	if !ok {
 		return 0, false, false
 	}
-	return p.Shape().Quota(), p.Mode == "shadow", true
+	return p.Shape().Quota(), p.Mode == policy.ModeShadow, true
 }
 
 // run is one decision in flight.

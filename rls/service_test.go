@@ -395,3 +395,37 @@ func TestInvalidArgument(t *testing.T) {
 		t.Errorf("a message over %d bytes: %v, want RESOURCE_EXHAUSTED", rls.MaxMessageBytes, err)
 	}
 }
+
+// is_negative_hits gives its cost back to the current window, never below
+// zero, and a counter known to be over its limit is asked again after it.
+func TestNegativeHits(t *testing.T) {
+	e := setup(t, edge, apiPolicy)
+	negative := func(k, v string, n uint64) *rlsv3.RateLimitRequest {
+		req := hits(request("edge", []string{k, v}), 0, n)
+		req.Descriptors[0].IsNegativeHits = true
+		return req
+	}
+	e.call(hits(request("edge", []string{"path", "/login"}), 0, 3))
+	if resp := e.call(negative("path", "/login", 2)); resp.GetOverallCode() != ok || remaining(resp)[0] != 4 {
+		t.Fatalf("give back 2 of 3 = %v, want OK, 4 remaining", resp)
+	}
+	if resp := e.call(negative("path", "/login", 10)); remaining(resp)[0] != 5 {
+		t.Fatalf("give back above the use = %v, want 5 remaining", resp)
+	}
+	// The tenant's limit is 1: the second call is denied by Redis, the
+	// third by the sidecar from that denial, until a give back.
+	req := request("edge", []string{"tenant", "n"})
+	e.call(req)
+	for range 2 {
+		if resp := e.call(req); resp.GetOverallCode() != over {
+			t.Fatalf("over the tenant's limit = %v", resp)
+		}
+	}
+	e.call(negative("tenant", "n", 1))
+	if resp := e.call(req); resp.GetOverallCode() != ok {
+		t.Fatalf("after a give back = %v, want OK", resp)
+	}
+	if _, err := e.callErr(negative("app", "shop", 1)); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("negative hits on a quotad policy: %v, want INVALID_ARGUMENT", err)
+	}
+}

@@ -604,6 +604,7 @@ func TestParseErrors(t *testing.T) {
 		{"metadata not finite", "domain: d\ndescriptors:\n  - key: k\n    metadata: {a: .inf}\n", `is not a finite number`},
 		{"key given twice in a mapping", "domain: d\ndomain: e\n", `test.yaml:2: domain: given twice (first at line 1)`},
 		{"a second document", "domain: d\n---\ndomain: e\n", `a second YAML document: a file holds one domain`},
+		{"domain too long", "domain: " + strings.Repeat("d", limits.MaxRLSValueBytes+1) + "\n", `domain: longer than 1024 bytes`},
 		{"merge key", "domain: d\nbase: &b {key: k}\ndescriptors:\n  - <<: *b\n", `unknown key "base"`},
 		{"too deep", deep, `nested more than 16 levels deep`},
 		{"key too long", "domain: d\ndescriptors:\n  - key: " + strings.Repeat("k", limits.MaxRLSKeyBytes+1) + "\n", `key: longer than 256 bytes`},
@@ -681,6 +682,9 @@ descriptors:
 	m, ok := c.Match("7", e("status", "404"))
 	if !ok || !m.Limit.ShadowMode || !m.Limit.DetailedMetric || m.Limit.QuotaMode || m.Limit.RequestsPerUnit != 0 || m.Limit.UnitMultiplier != 1 {
 		t.Errorf("%+v %v", m.Limit, ok)
+	}
+	if _, err := Parse("t.yaml", []byte("domain: d\n---\n")); err != nil {
+		t.Errorf("a file ending with ---: %v", err)
 	}
 	if m, ok := c.Match("7", e("empty", "x")); !ok || m.Path != "7.empty" {
 		t.Errorf("value \"\" is a bare key: %+v %v", m, ok)

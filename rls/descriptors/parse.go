@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"math"
@@ -73,7 +74,7 @@ func (p *parser) problems() Errors {
 // parseFile returns the file's domain, or nil when it has none; problems
 // are in p.errs.
 func (p *parser) parseFile(data []byte) *domain {
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -84,9 +85,10 @@ func (p *parser) parseFile(data []byte) *domain {
 		return nil
 	}
 	var more yaml.Node
-	if err := dec.Decode(&more); err == nil {
+	switch err := dec.Decode(&more); {
+	case err == nil && !isEmptyDocument(&more):
 		p.errorf(&more, "", "", "a second YAML document: a file holds one domain")
-	} else if !errors.Is(err, io.EOF) {
+	case err != nil && !errors.Is(err, io.EOF):
 		p.errorf(nil, "", "", "parse yaml: "+err.Error())
 		return nil
 	}
@@ -106,6 +108,9 @@ func (p *parser) parseFile(data []byte) *domain {
 		return nil
 	} else if s == "" {
 		p.errorf(n, "", "domain", "must not be empty")
+		return nil
+	} else if len(s) > limits.MaxRLSValueBytes {
+		p.errorf(n, "", "domain", "longer than "+strconv.Itoa(limits.MaxRLSValueBytes)+" bytes")
 		return nil
 	} else {
 		p.domain = s
@@ -526,6 +531,12 @@ func metadataValue(n *yaml.Node, budget *int, depth int) (any, error) {
 		return n.Value, nil
 	}
 	return nil, errors.New("line " + strconv.Itoa(n.Line) + ": unexpected " + describe(n))
+}
+
+// isEmptyDocument reports whether a document holds nothing (a file that
+// ends with ---).
+func isEmptyDocument(n *yaml.Node) bool {
+	return n.Kind == yaml.DocumentNode && (len(n.Content) == 0 || isNull(n.Content[0]))
 }
 
 // resolve follows an alias to its anchor.

@@ -140,15 +140,9 @@ func refMatch(root *refNode, domain string, entries []Entry) (found *node, key, 
 	return found, key, stats
 }
 
-// Match agrees with envoyproxy/ratelimit's walk, and its counters with the
-// reference's, on every request whose keys and values hold no '_' (where
-// its joined names cannot be confused): many random requests over the keys
-// and values of the test files.
-func TestMatchAgreesWithReference(t *testing.T) {
-	configs := map[string]*Config{
-		"shop":    mustLoad(t, "testdata/shop.yaml"),
-		"gateway": mustLoad(t, "testdata/gateway.yaml"),
-		"w": mustParse(t, `
+// wildcards is a domain of wildcards in every arrangement the reference's
+// walk tells apart.
+const wildcards = `
 domain: w
 descriptors:
   - {key: k, value: "a*", rate_limit: {unit: second, requests_per_unit: 1}}
@@ -159,7 +153,17 @@ descriptors:
   - {key: j, value: "*", descriptors: [{key: k, value: "*", rate_limit: {unit: second, requests_per_unit: 7}}, {key: j}]}
   - {key: v, value_to_metric: true, descriptors: [{key: v, value: "a*", value_to_metric: true, descriptors: [{key: k, detailed_metric: true, rate_limit: {unit: second, requests_per_unit: 11}}, {key: j, rate_limit: {unit: second, requests_per_unit: 12}}]}, {key: k, value: abc, value_to_metric: true, rate_limit: {unit: second, requests_per_unit: 13}}]}
   - {key: s, value: "a*", share_threshold: true, value_to_metric: true, rate_limit: {unit: second, requests_per_unit: 8}, descriptors: [{key: s, value: "*c", share_threshold: true, rate_limit: {unit: second, requests_per_unit: 9}}, {key: k, detailed_metric: true, rate_limit: {unit: second, requests_per_unit: 10}}]}
-`),
+`
+
+// Match agrees with envoyproxy/ratelimit's walk, and its counters with the
+// reference's, on every request whose keys and values hold no '_' (where
+// its joined names cannot be confused): many random requests over the keys
+// and values of the test files.
+func TestMatchAgreesWithReference(t *testing.T) {
+	configs := map[string]*Config{
+		"shop":    mustLoad(t, "testdata/shop.yaml"),
+		"gateway": mustLoad(t, "testdata/gateway.yaml"),
+		"w":       mustParse(t, wildcards),
 	}
 	// The words requests are made of: every key and value of the files, and
 	// values the wildcards may or may not match.
@@ -234,4 +238,42 @@ descriptors:
 	if compared < 30000 || matched < 3000 {
 		t.Fatalf("compared %d requests, %d matched: too few to say", compared, matched)
 	}
+}
+
+// FuzzMatchReference holds Match to envoyproxy/ratelimit's walk on request
+// descriptors of up to three entries the fuzzer writes.
+func FuzzMatchReference(f *testing.F) {
+	c, err := Parse("w.yaml", []byte(wildcards))
+	if err != nil {
+		f.Fatal(err)
+	}
+	ref := refTree(c.domains["w"].root)
+	for _, s := range [][6]string{
+		{"k", "abc", "", "", "", ""},
+		{"k", "xc", "k", "q", "", ""},
+		{"s", "ab", "s", "zc", "", ""},
+		{"v", "x", "v", "ab*", "k", "abc"},
+		{"j", "", "k", "", "", ""},
+	} {
+		f.Add(s[0], s[1], s[2], s[3], s[4], s[5])
+	}
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
+		entries := []Entry{{k1, v1}}
+		if k2 != "" {
+			entries = append(entries, Entry{k2, v2})
+			if k3 != "" {
+				entries = append(entries, Entry{k3, v3})
+			}
+		}
+		for _, e := range entries {
+			if strings.Contains(e.Key, "_") || strings.Contains(e.Value, "_") {
+				return
+			}
+		}
+		want, _, stats := refMatch(ref, "w", entries)
+		m, ok := c.Match("w", entries)
+		if (want != nil) != ok || ok && (m.Limit != want.limit || m.MetricKey != stats) {
+			t.Fatalf("%v: got %+v %v; the reference: %v %q", entries, m, ok, want, stats)
+		}
+	})
 }

@@ -40,7 +40,7 @@ const testPrefix = "qt:"
 // env is a service on a Unix socket, over a dispatcher on a real Redis,
 // and a go-control-plane client of it.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	url    string
 	redis  *redistest.Server // nil on a Cluster
 	st     *store.Store
@@ -55,7 +55,7 @@ type env struct {
 
 // setup serves the descriptors file desc (YAML, one domain) and the
 // policy file policies on a fresh redis-server.
-func setup(t *testing.T, desc, policies string, opts ...func(*rls.ServiceOptions)) *env {
+func setup(t testing.TB, desc, policies string, opts ...func(*rls.ServiceOptions)) *env {
 	t.Helper()
 	r := redistest.Start(t)
 	e := setupOn(t, r.URL(), desc, policies, opts...)
@@ -64,7 +64,7 @@ func setup(t *testing.T, desc, policies string, opts ...func(*rls.ServiceOptions
 }
 
 // setupOn is setup on the Redis (or Cluster) at url.
-func setupOn(t *testing.T, url, desc, policies string, opts ...func(*rls.ServiceOptions)) *env {
+func setupOn(t testing.TB, url, desc, policies string, opts ...func(*rls.ServiceOptions)) *env {
 	t.Helper()
 	e := &env{t: t, url: url, reg: prometheus.NewRegistry()}
 	var err error

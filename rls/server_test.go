@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+
+	"quotad/rls"
 )
 
 func TestHealth(t *testing.T) {
@@ -104,5 +109,28 @@ func TestGracefulStop(t *testing.T) {
 	}
 	if _, err := e.callErr(request("edge", []string{"user", "z"})); status.Code(err) != codes.Unavailable {
 		t.Errorf("a call after Shutdown: %v, want UNAVAILABLE", err)
+	}
+}
+
+// Listen makes the TCP listener of --rls-addr beside the socket; the
+// service answers on both.
+func TestListenTCP(t *testing.T) {
+	e := setup(t, edge, apiPolicy)
+	ls, err := rls.Listen(rls.Options{Addr: "127.0.0.1:0"}, nil)
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("Listen: %v, %v", ls, err)
+	}
+	e.srv.Serve(ls[0])
+	conn, err := grpc.NewClient(ls[0].Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(t.Context(), request("edge", []string{"user", "tcp"}))
+	if err != nil || resp.GetOverallCode() != ok {
+		t.Fatalf("over TCP: %v, %v", resp, err)
+	}
+	if _, err := rls.Listen(rls.Options{Addr: "256.0.0.1:1"}, nil); err == nil || !strings.Contains(err.Error(), "--rls-addr") {
+		t.Errorf("a bad address: %v, want an error naming --rls-addr", err)
 	}
 }

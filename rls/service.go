@@ -160,8 +160,8 @@ func outcomeOf(o *dispatch.Outcome, j int) dispatch.Outcome {
 	return o.Checks[j]
 }
 
-// request builds the decision of checks idx of p, with trace context tr.
-func (s *Service) request(p *plan, checks []check, idx []int, tr protocol.Trace) (*protocol.Request, []*dispatch.Given) {
+// request builds the decision of checks idx, with trace context tr.
+func (s *Service) request(checks []check, idx []int, tr protocol.Trace) (*protocol.Request, []*dispatch.Given) {
 	given := make([]*dispatch.Given, len(idx))
 	if len(idx) == 1 {
 		c := &checks[idx[0]]
@@ -204,10 +204,11 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tr pr
 	}
 	takes := make([]*dispatch.Outcome, len(p.checks))
 	peeks := make([]*dispatch.Outcome, len(p.peeks))
-	// Peeks (a cost of 0) decide nothing: they run beside the take.
+	// Peeks (a cost of 0) and give backs (negative hits) deny nothing:
+	// each runs beside the take.
 	var peekRuns []*run
 	for i := range p.peeks {
-		peekRuns = append(peekRuns, s.start(s.request(p, p.peeks, []int{i}, tr)))
+		peekRuns = append(peekRuns, s.start(s.request(p.peeks, []int{i}, tr)))
 	}
 	var headers *protocol.HeaderFields
 	if p.denied {
@@ -221,7 +222,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tr pr
 			}
 			c := p.checks[i]
 			c.req.Op = protocol.OpPeek
-			runs = append(runs, s.start(s.request(p, []check{c}, []int{0}, tr)))
+			runs = append(runs, s.start(s.request([]check{c}, []int{0}, tr)))
 			idx = append(idx, i)
 		}
 		for j, r := range runs {
@@ -273,7 +274,7 @@ func (s *Service) take(ctx context.Context, p *plan, outs []*dispatch.Outcome, t
 		}
 	}
 	for len(active) > 0 {
-		r := s.start(s.request(p, p.checks, active, tr))
+		r := s.start(s.request(p.checks, active, tr))
 		o, err := r.wait(ctx)
 		if err != nil {
 			return nil, err

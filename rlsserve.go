@@ -61,7 +61,7 @@ func policyExists(cfg func() *policy.Config) func(string) bool {
 func serveRLS(ctx context.Context, srv *sidecar.Server, opts rls.Options, cfg *descriptors.Config, poll time.Duration, tracer trace.TracerProvider, log *zap.Logger) (reload func(), err error) {
 	svc := rls.NewService(rls.ServiceOptions{
 		Dispatcher: srv.Dispatcher(), Config: cfg, ResponseHeaders: opts.ResponseHeaders,
-		Tracer: tracer, Registry: srv.Registry(), Logger: log,
+		Tracer: tracer, TraceInvalid: srv.TraceContextInvalid, Registry: srv.Registry(), Logger: log,
 	})
 	ls, err := rls.Listen(opts, func(path string) (net.Listener, error) { return sidecar.Listen(path, opts.SocketMode) })
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,5 +170,32 @@ func TestReload(t *testing.T) {
 		if got := e.counter(t, "quotad_rls_config_reloads_total", map[string]string{"result": result}); got != want {
 			t.Errorf("quotad_rls_config_reloads_total{result=%q} = %v, want %v", result, got, want)
 		}
+	}
+}
+
+// An invalid trace context in a call's metadata is ignored and counted;
+// the call is decided as without one.
+func TestInvalidTraceContext(t *testing.T) {
+	var ignored atomic.Int64
+	e := setup(t, edge, apiPolicy, func(o *rls.ServiceOptions) { o.TraceInvalid = func() { ignored.Add(1) } })
+	const valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, md := range [][]string{
+		{"traceparent", "00-00000000000000000000000000000000-00f067aa0ba902b7-01"},
+		{"traceparent", "garbage"},
+		{"traceparent", valid, "traceparent", valid},
+		{"traceparent", valid, "tracestate", "not a=state=at all"},
+		{"tracestate", "vendor=x"},
+	} {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), md...)
+		if resp, err := e.client.ShouldRateLimit(ctx, request("edge", []string{"free", "tc"})); err != nil || resp.GetOverallCode() != ok {
+			t.Fatalf("%v: %v, %v; want OK", md, resp, err)
+		}
+	}
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "traceparent", valid, "tracestate", "vendor=x")
+	if _, err := e.client.ShouldRateLimit(ctx, request("edge", []string{"free", "tc"})); err != nil {
+		t.Fatal(err)
+	}
+	if n := ignored.Load(); n != 5 {
+		t.Errorf("%d calls counted with an ignored trace context, want 5", n)
 	}
 }

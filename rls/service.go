@@ -35,6 +35,9 @@ type ServiceOptions struct {
 	ResponseHeaders bool
 	// Tracer makes a span of every call; nil for none.
 	Tracer trace.TracerProvider
+	// TraceInvalid counts a call whose traceparent or tracestate was
+	// ignored (sidecar.Server.TraceContextInvalid); nil for none.
+	TraceInvalid func()
 	// Registry receives the service's metrics; nil for none.
 	Registry *prometheus.Registry
 	Logger   *zap.Logger
@@ -47,8 +50,10 @@ type Service struct {
 	tab     atomic.Pointer[table]
 	headers bool
 	tracer  trace.Tracer // nil when tracing is off
-	m       *metrics
-	log     *zap.Logger
+	// traceInvalid counts an ignored trace context; nil for none.
+	traceInvalid func()
+	m            *metrics
+	log          *zap.Logger
 }
 
 // table is a descriptors file in use, with its domains for the limit
@@ -63,7 +68,7 @@ func NewService(opts ServiceOptions) *Service {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	s := &Service{d: opts.Dispatcher, headers: opts.ResponseHeaders, log: opts.Logger.Named("rls")}
+	s := &Service{d: opts.Dispatcher, headers: opts.ResponseHeaders, log: opts.Logger.Named("rls"), traceInvalid: opts.TraceInvalid}
 	if opts.Tracer != nil {
 		s.tracer = opts.Tracer.Tracer(tracerName)
 	}

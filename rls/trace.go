@@ -32,27 +32,35 @@ const (
 )
 
 // callerTrace is the trace context of the call's metadata; zero when it
-// carries none or an invalid one (which is ignored, never an error).
-func callerTrace(ctx context.Context) protocol.Trace {
+// carries none or an invalid one, which is ignored, never an error.
+// invalid reports that a traceparent or tracestate was ignored: malformed,
+// all-zero ids, or given twice.
+func callerTrace(ctx context.Context) (t protocol.Trace, invalid bool) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	tp := md.Get("traceparent")
-	if len(tp) != 1 {
-		return protocol.Trace{}
+	tp, ts := md.Get("traceparent"), md.Get("tracestate")
+	if len(tp) == 0 {
+		return protocol.Trace{}, len(ts) > 0
 	}
 	t, ok := protocol.ParseTraceParent([]byte(tp[0]))
-	if !ok {
-		return protocol.Trace{}
+	if len(tp) != 1 || !ok {
+		return protocol.Trace{}, true
 	}
-	if ts := md.Get("tracestate"); len(ts) == 1 && protocol.ValidTraceState(ts[0]) {
+	switch {
+	case len(ts) == 1 && protocol.ValidTraceState(ts[0]):
 		t.State = ts[0]
+	case len(ts) > 0:
+		invalid = true
 	}
-	return t
+	return t, invalid
 }
 
 // startSpan starts the call's span when tracing is on, and returns the
 // trace context its decisions are children of.
 func (s *Service) startSpan(ctx context.Context, req *rlsv3.RateLimitRequest, start time.Time) (protocol.Trace, trace.Span) {
-	t := callerTrace(ctx)
+	t, invalid := callerTrace(ctx)
+	if invalid && s.traceInvalid != nil {
+		s.traceInvalid()
+	}
 	if s.tracer == nil {
 		return t, nil
 	}

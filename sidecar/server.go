@@ -148,6 +148,10 @@ func (s *Server) Dispatcher() *dispatch.Dispatcher { return s.dispatch }
 // front's.
 func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
 
+// TraceContextInvalid counts a request of another front whose trace
+// context was ignored, in quotad_trace_context_invalid_total.
+func (s *Server) TraceContextInvalid() { s.metrics.traceInvalid.Inc() }
+
 // NewServer returns a server ready to Serve.
 func NewServer(opts Options) *Server {
 	if opts.MaxLineBytes <= 0 {

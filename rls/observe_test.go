@@ -86,6 +86,16 @@ func TestResponseHeaders(t *testing.T) {
 	if !strings.Contains(got["RateLimit-Policy"], `"rls:edge";q=3`) || !strings.Contains(got["RateLimit"], `"rls:edge";r=2;t=`) {
 		t.Errorf("response_headers_to_add = %v, want the decision's RateLimit-Policy and RateLimit", resp.GetResponseHeadersToAdd())
 	}
+	for range 3 { // the limit is 3 a day: the last is over it
+		resp = e.call(request("edge", []string{"user", "h"}))
+	}
+	got = map[string]string{}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		got[h.GetKey()] = h.GetValue()
+	}
+	if resp.GetOverallCode() != over || got["Retry-After"] == "" || !strings.Contains(got["RateLimit"], ";r=0;") {
+		t.Errorf("over the limit: %v, want RateLimit r=0 and Retry-After", resp.GetResponseHeadersToAdd())
+	}
 	plain := setup(t, edge, apiPolicy)
 	if hs := plain.call(request("edge", []string{"user", "h"})).GetResponseHeadersToAdd(); hs != nil {
 		t.Errorf("without the option: %v, want none", hs)

@@ -394,6 +394,9 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, p *plan, takes, peeks []*
 		if headers.RateLimit != "" {
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "RateLimit", Value: headers.RateLimit})
 		}
+		if headers.RetryAfter != "" && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Retry-After", Value: headers.RetryAfter})
+		}
 	}
 	return resp
 }

@@ -53,14 +53,20 @@ func decodeEnvoy(t *testing.T, where string, data []byte, m proto.Message) {
 }
 
 func envoyStrict(data []byte, m proto.Message) error {
+	if err := envoyJSON(data, m); err != nil {
+		return err
+	}
+	return validateEnvoy(m)
+}
+
+// envoyJSON decodes YAML (or JSON) into m with protojson, refusing unknown
+// fields and typed configs of unknown types, without validating.
+func envoyJSON(data []byte, m proto.Message) error {
 	j, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return err
 	}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(j, m); err != nil {
-		return err
-	}
-	return validateEnvoy(m)
+	return protojson.UnmarshalOptions{DiscardUnknown: false}.Unmarshal(j, m)
 }
 
 // validateEnvoy runs the generated ValidateAll of m and of every message an

@@ -142,6 +142,7 @@ type rendered struct {
 	pdbs        map[string]*policyv1.PodDisruptionBudget
 	podMonitors map[string]*podMonitor
 	rules       map[string]*prometheusRule
+	filters     map[string]*envoyFilter
 }
 
 func decodeAll(t *testing.T, where string, data []byte) *rendered {
@@ -150,6 +151,7 @@ func decodeAll(t *testing.T, where string, data []byte) *rendered {
 		deployments: map[string]*appsv1.Deployment{}, cronJobs: map[string]*batchv1.CronJob{},
 		configMaps: map[string]*corev1.ConfigMap{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		podMonitors: map[string]*podMonitor{}, rules: map[string]*prometheusRule{},
+		filters: map[string]*envoyFilter{},
 	}
 	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
 		if strings.TrimSpace(regexp.MustCompile(`(?m)^#.*$`).ReplaceAllString(doc, "")) == "" {
@@ -186,6 +188,9 @@ func decodeAll(t *testing.T, where string, data []byte) *rendered {
 		case "monitoring.coreos.com/v1 PrometheusRule":
 			v := &prometheusRule{}
 			r.rules[meta.Metadata.Name], into = v, v
+		case "networking.istio.io/v1alpha3 EnvoyFilter":
+			v := &envoyFilter{}
+			r.filters[meta.Metadata.Name], into = v, v
 		default:
 			t.Fatalf("%s: unexpected %s %s", at, meta.APIVersion, meta.Kind)
 		}

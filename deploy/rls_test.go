@@ -1,0 +1,229 @@
+package deploy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// envoyFilter is Istio's networking.istio.io/v1alpha3 EnvoyFilter, reduced
+// to the fields quotad's manifests use: the strict decode refuses any
+// other, as it would a typo. Each patch's value is decoded strictly into
+// the go-control-plane type its applyTo names.
+type envoyFilter struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Metadata   metadata `json:"metadata"`
+	Spec       struct {
+		WorkloadSelector struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"workloadSelector"`
+		ConfigPatches []struct {
+			ApplyTo string `json:"applyTo"`
+			Match   struct {
+				Context  string `json:"context"`
+				Listener *struct {
+					FilterChain struct {
+						Filter struct {
+							Name      string `json:"name"`
+							SubFilter struct {
+								Name string `json:"name"`
+							} `json:"subFilter"`
+						} `json:"filter"`
+					} `json:"filterChain"`
+				} `json:"listener,omitempty"`
+				RouteConfiguration *struct {
+					Vhost struct {
+						Name string `json:"name"`
+					} `json:"vhost"`
+				} `json:"routeConfiguration,omitempty"`
+			} `json:"match"`
+			Patch struct {
+				Operation string          `json:"operation"`
+				Value     json.RawMessage `json:"value"`
+			} `json:"patch"`
+		} `json:"configPatches"`
+	} `json:"spec"`
+}
+
+// rlsConfig is the rate limit service a rendered sidecar serves: its
+// socket and the descriptors file it loads.
+type rlsConfig struct {
+	socket      string
+	descriptors []byte
+}
+
+// checkRLSPod: the sidecar serves the rate limit service on a second
+// socket in the socket directory it shares with the pod, with descriptors
+// from a mounted ConfigMap.
+func checkRLSPod(t *testing.T, where string, spec *corev1.PodSpec, q *corev1.Container, r *rendered) rlsConfig {
+	t.Helper()
+	sock, rls := env(q, "QUOTAD_SOCKET"), env(q, "QUOTAD_RLS_SOCKET")
+	if sock == nil || rls == nil {
+		t.Fatalf("%s: QUOTAD_SOCKET %v, QUOTAD_RLS_SOCKET %v; want both", where, sock, rls)
+	}
+	if filepath.Dir(rls.Value) != filepath.Dir(sock.Value) || rls.Value == sock.Value {
+		t.Errorf("%s: QUOTAD_RLS_SOCKET %s is not a second socket beside QUOTAD_SOCKET %s, in the shared emptyDir", where, rls.Value, sock.Value)
+	}
+	cfg := env(q, "QUOTAD_RLS_CONFIG")
+	if cfg == nil {
+		t.Fatalf("%s: no QUOTAD_RLS_CONFIG", where)
+	}
+	for _, v := range spec.Volumes {
+		m := mount(q, v.Name)
+		if v.ConfigMap == nil || m == nil || m.MountPath != filepath.Dir(cfg.Value) {
+			continue
+		}
+		cm := r.configMaps[v.ConfigMap.Name]
+		if cm == nil {
+			t.Fatalf("%s: volume %s names ConfigMap %s, which is not rendered", where, v.Name, v.ConfigMap.Name)
+		}
+		data, ok := cm.Data[filepath.Base(cfg.Value)]
+		if !ok {
+			t.Fatalf("%s: QUOTAD_RLS_CONFIG %s: ConfigMap %s has no key %s", where, cfg.Value, cm.Name, filepath.Base(cfg.Value))
+		}
+		return rlsConfig{socket: rls.Value, descriptors: []byte(data)}
+	}
+	t.Fatalf("%s: QUOTAD_RLS_CONFIG %s is not in a mounted ConfigMap", where, cfg.Value)
+	return rlsConfig{}
+}
+
+// checkNoRLS: the rate limit service is off unless asked for.
+func checkNoRLS(t *testing.T, where string, q *corev1.Container) {
+	t.Helper()
+	for _, e := range q.Env {
+		if strings.HasPrefix(e.Name, "QUOTAD_RLS_") {
+			t.Errorf("%s: %s is set, but the rate limit service was not asked for", where, e.Name)
+		}
+	}
+}
+
+// checkEnvoyFilter: the EnvoyFilter selects the pod, istio-proxy mounts
+// the socket's volume, and its patches add the filter, the cluster on the
+// sidecar's socket and actions whose descriptors meet limits of the
+// sidecar's descriptors file.
+func checkEnvoyFilter(t *testing.T, where string, ef *envoyFilter, tmpl *corev1.PodTemplateSpec, rls rlsConfig) {
+	t.Helper()
+	if !mapsSubset(ef.Spec.WorkloadSelector.Labels, tmpl.Labels) {
+		t.Errorf("%s: EnvoyFilter %s selects %v, not the pods (%v)", where, ef.Metadata.Name, ef.Spec.WorkloadSelector.Labels, tmpl.Labels)
+	}
+	// Istio's injector mounts the volumes of this annotation into
+	// istio-proxy.
+	var mounts map[string]struct {
+		MountPath string `json:"mountPath"`
+		ReadOnly  bool   `json:"readOnly"`
+	}
+	ann := tmpl.Annotations["sidecar.istio.io/userVolumeMount"]
+	dec := json.NewDecoder(strings.NewReader(ann))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&mounts); err != nil {
+		t.Fatalf("%s: annotation sidecar.istio.io/userVolumeMount %q: %v", where, ann, err)
+	}
+	dir := filepath.Dir(rls.socket)
+	shared := ""
+	for _, v := range tmpl.Spec.Volumes {
+		if m, ok := mounts[v.Name]; ok && m.MountPath == dir && v.EmptyDir != nil {
+			shared = v.Name
+		}
+	}
+	if shared == "" {
+		t.Errorf("%s: istio-proxy mounts %v, not the emptyDir of %s", where, mounts, dir)
+	}
+
+	var socket, domain string
+	var ds [][]entry
+	var filter, cluster, vhost int
+	for i, p := range ef.Spec.ConfigPatches {
+		at := where + " " + ef.Metadata.Name + " configPatches[" + p.ApplyTo + "]"
+		switch p.ApplyTo {
+		case "HTTP_FILTER":
+			filter++
+			l := p.Match.Listener
+			if p.Match.Context != "SIDECAR_INBOUND" || l == nil || l.FilterChain.Filter.Name != "envoy.filters.network.http_connection_manager" ||
+				l.FilterChain.Filter.SubFilter.Name != "envoy.filters.http.router" || p.Patch.Operation != "INSERT_BEFORE" {
+				t.Errorf("%s: want the filter inserted before the router of the inbound HTTP connection managers", at)
+			}
+			f := &hcmv3.HttpFilter{}
+			decodeEnvoy(t, at, p.Patch.Value, f)
+			domain = checkRateLimitFilter(t, at, f).Domain
+		case "CLUSTER":
+			cluster++
+			c := &clusterv3.Cluster{}
+			decodeEnvoy(t, at, p.Patch.Value, c)
+			if c.Name != rlsCluster || p.Patch.Operation != "ADD" {
+				t.Errorf("%s: want cluster %s added, got %s %s", at, rlsCluster, p.Patch.Operation, c.Name)
+			}
+			socket = checkRLSCluster(t, at, c)
+		case "VIRTUAL_HOST":
+			vhost++
+			if p.Match.Context != "SIDECAR_INBOUND" || p.Match.RouteConfiguration == nil || p.Patch.Operation != "MERGE" {
+				t.Errorf("%s: want a MERGE into an inbound virtual host", at)
+			}
+			// A MERGE patch is part of a virtual host: the strict decode
+			// refuses unknown fields, and each RateLimit is validated
+			// whole by descriptorsOf.
+			vh := &routev3.VirtualHost{}
+			if err := envoyJSON(p.Patch.Value, vh); err != nil {
+				t.Fatalf("%s: %v", at, err)
+			}
+			ds = append(ds, descriptorsOf(t, at, vh.RateLimits)...)
+		default:
+			t.Errorf("%s: configPatches[%d] applies to %s, unknown to this test", where, i, p.ApplyTo)
+		}
+	}
+	if filter != 1 || cluster != 1 || vhost != 1 {
+		t.Fatalf("%s: %d filter, %d cluster, %d virtual host patches; want one of each", where, filter, cluster, vhost)
+	}
+	if socket != rls.socket {
+		t.Errorf("%s: istio-proxy dials %s, the sidecar serves %s", where, socket, rls.socket)
+	}
+	file := filepath.Join(t.TempDir(), "ratelimit.yaml")
+	if err := os.WriteFile(file, rls.descriptors, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checkDescriptorsMatch(t, where, file, domain, ds)
+}
+
+func TestKustomizeRLSComponents(t *testing.T) {
+	// Off unless asked for.
+	plain := kustomize(t, filepath.Join(dir, "examples", "existing-app"))
+	checkNoRLS(t, "examples/existing-app", checkSidecarPod(t, "examples/existing-app", &plain.deployments["web"].Spec.Template.Spec, plain))
+	if len(plain.filters) != 0 {
+		t.Errorf("examples/existing-app renders EnvoyFilters: %v", plain.filters)
+	}
+
+	overlay := filepath.Join(dir, "examples", "istio")
+	r := kustomize(t, overlay)
+	web := r.deployments["web"]
+	if web == nil || len(r.deployments) != 1 || len(r.filters) != 1 {
+		t.Fatalf("%s: want the Deployment web and one EnvoyFilter, got %v and %v", overlay, r.deployments, r.filters)
+	}
+	spec := &web.Spec.Template.Spec
+	q := checkSidecarPod(t, overlay, spec, r)
+	checkDoctor(t, overlay, q, r)
+	rls := checkRLSPod(t, overlay, spec, q, r)
+	if rls.socket != rlsSocket {
+		t.Errorf("%s: QUOTAD_RLS_SOCKET %s; deploy/envoy/envoy.yaml dials %s", overlay, rls.socket, rlsSocket)
+	}
+	for _, ef := range r.filters {
+		checkEnvoyFilter(t, overlay, ef, &web.Spec.Template, rls)
+	}
+	// The Component's descriptors are deploy/envoy's, which envoy.yaml's
+	// actions were checked against.
+	want, err := os.ReadFile(envoyDescriptors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(rls.descriptors, want) {
+		t.Errorf("ConfigMap quotad-rls of components/quotad-rls differs from %s: copy it again", envoyDescriptors)
+	}
+	runSidecar(t, overlay, spec, q, r)
+}

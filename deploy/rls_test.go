@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // envoyFilter is Istio's networking.istio.io/v1alpha3 EnvoyFilter, reduced
@@ -226,4 +229,76 @@ func TestKustomizeRLSComponents(t *testing.T) {
 		t.Errorf("ConfigMap quotad-rls of components/quotad-rls differs from %s: copy it again", envoyDescriptors)
 	}
 	runSidecar(t, overlay, spec, q, r)
+}
+
+func TestHelmRLS(t *testing.T) {
+	helm := tool(t, "helm", helmPkg)
+	chart := filepath.Join("helm", "quotad")
+	on := []string{"--set", "example.enabled=true,rls.enabled=true,rls.istio.enabled=true"}
+	runTool(t, helm, append([]string{"lint", "--strict", chart}, on...)...)
+	for _, bad := range []string{"rls.socketName=a/b.sock", "rls.enabled=yes", "rls.istio.port=0", "rls.istio.timeout=100ms", "rls.sockets=x"} {
+		out, err := exec.Command(helm, "template", "quotad", chart, "--kube-version", kubeVersion, "--set", bad).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "schema") {
+			t.Errorf("helm template --set %s: %v\n%s; want a schema error", bad, err, out)
+		}
+	}
+
+	// Off by default: no second socket, no EnvoyFilter, no annotation.
+	def := helmTemplate(t, "--set", "example.enabled=true")
+	d := def.deployments["quotad-example"]
+	checkNoRLS(t, "helm defaults", checkSidecarPod(t, "helm defaults", &d.Spec.Template.Spec, def))
+	if len(def.filters) != 0 || def.configMaps["quotad-rls"] != nil || len(d.Spec.Template.Annotations) != 1 {
+		t.Errorf("helm defaults: EnvoyFilters %v, ConfigMap quotad-rls %v, annotations %v; want none of the rate limit service's",
+			def.filters, def.configMaps["quotad-rls"] != nil, d.Spec.Template.Annotations)
+	}
+	// The service without Istio: no EnvoyFilter, no annotation.
+	plain := helmTemplate(t, "--set", "example.enabled=true,rls.enabled=true")
+	if len(plain.filters) != 0 || plain.deployments["quotad-example"].Spec.Template.Annotations["sidecar.istio.io/userVolumeMount"] != "" {
+		t.Errorf("rls.enabled without rls.istio.enabled renders Istio's parts")
+	}
+
+	r := helmTemplate(t, on...)
+	d = r.deployments["quotad-example"]
+	if d == nil || len(r.filters) != 1 {
+		t.Fatalf("helm %v: Deployments %v, EnvoyFilters %v", on, r.deployments, r.filters)
+	}
+	spec := &d.Spec.Template.Spec
+	q := checkSidecarPod(t, "helm rls", spec, r)
+	checkDoctor(t, "helm rls", q, r)
+	rls := checkRLSPod(t, "helm rls", spec, q, r)
+	for _, ef := range r.filters {
+		checkEnvoyFilter(t, "helm rls", ef, &d.Spec.Template, rls)
+	}
+	// The chart's default descriptors are deploy/envoy's, without its
+	// header comment.
+	want, err := os.ReadFile(envoyDescriptors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b any
+	if err := yaml.Unmarshal(rls.descriptors, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(want, &b); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("the chart's rls.config differs from %s: copy it again", envoyDescriptors)
+	}
+	// Another port and socket name reach the EnvoyFilter.
+	moved := helmTemplate(t, append(on, "--set", "rls.socketName=envoy.sock,rls.istio.port=9000")...)
+	md := moved.deployments["quotad-example"]
+	mrls := checkRLSPod(t, "helm rls moved", &md.Spec.Template.Spec, checkSidecarPod(t, "helm rls moved", &md.Spec.Template.Spec, moved), moved)
+	if mrls.socket != "/run/quotad/envoy.sock" {
+		t.Errorf("rls.socketName=envoy.sock: QUOTAD_RLS_SOCKET %s", mrls.socket)
+	}
+	for _, ef := range moved.filters {
+		checkEnvoyFilter(t, "helm rls moved", ef, &md.Spec.Template, mrls)
+		for _, p := range ef.Spec.ConfigPatches {
+			if p.ApplyTo == "VIRTUAL_HOST" && p.Match.RouteConfiguration.Vhost.Name != "inbound|http|9000" {
+				t.Errorf("rls.istio.port=9000: the actions go to %s", p.Match.RouteConfiguration.Vhost.Name)
+			}
+		}
+	}
+	runSidecar(t, "helm rls", spec, q, r)
 }

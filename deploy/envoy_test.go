@@ -23,6 +23,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 	"sigs.k8s.io/yaml"
+
+	"quotad/rls/descriptors"
 )
 
 // The Envoy configuration of deploy/envoy: a bootstrap that asks quotad's
@@ -195,61 +197,40 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// descriptorTree is envoyproxy/ratelimit's configuration file, read
-// loosely: enough to follow a descriptor down its tree.
-type descriptorTree struct {
-	Domain      string           `json:"domain"`
-	Descriptors []descriptorNode `json:"descriptors"`
-}
+// sampleValues stand for what a request gives an entry whose value the
+// request decides.
+var sampleValues = map[string]string{"remote_address": "203.0.113.7", "user": "alice"}
 
-type descriptorNode struct {
-	Key         string           `json:"key"`
-	Value       string           `json:"value"`
-	RateLimit   map[string]any   `json:"rate_limit"`
-	Descriptors []descriptorNode `json:"descriptors"`
-}
-
-// limited says whether a descriptor reaches a node with a limit: at each
-// entry, a node of its key and value, else of its key alone when the
-// request decides the value.
-func limited(nodes []descriptorNode, d []entry) bool {
-	if len(d) == 0 {
-		return false
-	}
-	i := slices.IndexFunc(nodes, func(n descriptorNode) bool { return n.Key == d[0].key && n.Value == d[0].value })
-	if i < 0 && d[0].value != "" {
-		i = slices.IndexFunc(nodes, func(n descriptorNode) bool { return n.Key == d[0].key && n.Value == "" })
-	}
-	if i < 0 {
-		return false
-	}
-	if len(d) == 1 {
-		return nodes[i].RateLimit != nil
-	}
-	return limited(nodes[i].Descriptors, d[1:])
-}
-
-// checkDescriptorsMatch: the file is of the filter's domain, and every
-// descriptor the actions produce meets a limit in it.
-func checkDescriptorsMatch(t *testing.T, where, file, domain string, ds [][]entry) {
+// checkDescriptorsMatch: the descriptors file loads, is of the filter's
+// domain, and every descriptor the actions produce meets a limit in it;
+// with policyExists, every quotad_policy it names exists.
+func checkDescriptorsMatch(t *testing.T, where, name string, data []byte, domain string, ds [][]entry, policyExists func(string) bool) {
 	t.Helper()
-	data, err := os.ReadFile(file)
+	cfg, err := descriptors.Parse(name, data)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", where, err)
 	}
-	var tree descriptorTree
-	if err := yaml.Unmarshal(data, &tree); err != nil {
-		t.Fatalf("%s: %v", file, err)
+	if got := cfg.Domains(); !slices.Equal(got, []string{domain}) {
+		t.Errorf("%s: %s has domains %v, the filter asks for %q", where, name, got, domain)
 	}
-	if tree.Domain != domain {
-		t.Errorf("%s: %s has domain %q, the filter asks for %q", where, file, tree.Domain, domain)
+	if policyExists != nil {
+		if err := cfg.MissingPolicies(policyExists); err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
 	}
 	if len(ds) == 0 {
 		t.Errorf("%s: no rate_limits actions", where)
 	}
 	for _, d := range ds {
-		if !limited(tree.Descriptors, d) {
-			t.Errorf("%s: the descriptor %v meets no limit of %s", where, d, file)
+		entries := make([]descriptors.Entry, len(d))
+		for i, e := range d {
+			entries[i] = descriptors.Entry{Key: e.key, Value: cmpOr(e.value, sampleValues[e.key])}
+			if entries[i].Value == "" {
+				t.Fatalf("%s: no sample value for the entry %s", where, e.key)
+			}
+		}
+		if m, ok := cfg.Match(domain, entries); !ok || m.Limit == nil || m.Limit.Unlimited {
+			t.Errorf("%s: the descriptor %v meets no limit of %s", where, entries, name)
 		}
 	}
 }
@@ -301,7 +282,11 @@ func TestEnvoyBootstrapDecodesStrictly(t *testing.T) {
 	if len(ds) != 2 {
 		t.Errorf("%s: %d descriptors per request, want the 2 the comments describe", envoyBootstrap, len(ds))
 	}
-	checkDescriptorsMatch(t, envoyBootstrap, envoyDescriptors, rl.Domain, ds)
+	desc, err := os.ReadFile(envoyDescriptors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDescriptorsMatch(t, envoyBootstrap, envoyDescriptors, desc, rl.Domain, ds, nil)
 }
 
 // The strict decode refuses what Envoy would: a typo, a typed config of an

@@ -113,7 +113,7 @@ func checkNoRLS(t *testing.T, where string, q *corev1.Container) {
 // the socket's volume, and its patches add the filter, the cluster on the
 // sidecar's socket and actions whose descriptors meet limits of the
 // sidecar's descriptors file.
-func checkEnvoyFilter(t *testing.T, where string, ef *envoyFilter, tmpl *corev1.PodTemplateSpec, rls rlsConfig) {
+func checkEnvoyFilter(t *testing.T, where string, ef *envoyFilter, tmpl *corev1.PodTemplateSpec, q *corev1.Container, r *rendered, rls rlsConfig) {
 	t.Helper()
 	if !mapsSubset(ef.Spec.WorkloadSelector.Labels, tmpl.Labels) {
 		t.Errorf("%s: EnvoyFilter %s selects %v, not the pods (%v)", where, ef.Metadata.Name, ef.Spec.WorkloadSelector.Labels, tmpl.Labels)
@@ -188,11 +188,10 @@ func checkEnvoyFilter(t *testing.T, where string, ef *envoyFilter, tmpl *corev1.
 	if socket != rls.socket {
 		t.Errorf("%s: istio-proxy dials %s, the sidecar serves %s", where, socket, rls.socket)
 	}
-	file := filepath.Join(t.TempDir(), "ratelimit.yaml")
-	if err := os.WriteFile(file, rls.descriptors, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	checkDescriptorsMatch(t, where, file, domain, ds)
+	checkDescriptorsMatch(t, where, "QUOTAD_RLS_CONFIG", rls.descriptors, domain, ds, func(name string) bool {
+		_, ok := policies(t, where, &tmpl.Spec, q, r).Policies[name]
+		return ok
+	})
 }
 
 func TestKustomizeRLSComponents(t *testing.T) {
@@ -217,7 +216,7 @@ func TestKustomizeRLSComponents(t *testing.T) {
 		t.Errorf("%s: QUOTAD_RLS_SOCKET %s; deploy/envoy/envoy.yaml dials %s", overlay, rls.socket, rlsSocket)
 	}
 	for _, ef := range r.filters {
-		checkEnvoyFilter(t, overlay, ef, &web.Spec.Template, rls)
+		checkEnvoyFilter(t, overlay, ef, &web.Spec.Template, q, r, rls)
 	}
 	// The Component's descriptors are deploy/envoy's, which envoy.yaml's
 	// actions were checked against.
@@ -267,7 +266,7 @@ func TestHelmRLS(t *testing.T) {
 	checkDoctor(t, "helm rls", q, r)
 	rls := checkRLSPod(t, "helm rls", spec, q, r)
 	for _, ef := range r.filters {
-		checkEnvoyFilter(t, "helm rls", ef, &d.Spec.Template, rls)
+		checkEnvoyFilter(t, "helm rls", ef, &d.Spec.Template, q, r, rls)
 	}
 	// The chart's default descriptors are deploy/envoy's, without its
 	// header comment.
@@ -288,12 +287,13 @@ func TestHelmRLS(t *testing.T) {
 	// Another port and socket name reach the EnvoyFilter.
 	moved := helmTemplate(t, append(on, "--set", "rls.socketName=envoy.sock,rls.istio.port=9000")...)
 	md := moved.deployments["quotad-example"]
-	mrls := checkRLSPod(t, "helm rls moved", &md.Spec.Template.Spec, checkSidecarPod(t, "helm rls moved", &md.Spec.Template.Spec, moved), moved)
+	mq := checkSidecarPod(t, "helm rls moved", &md.Spec.Template.Spec, moved)
+	mrls := checkRLSPod(t, "helm rls moved", &md.Spec.Template.Spec, mq, moved)
 	if mrls.socket != "/run/quotad/envoy.sock" {
 		t.Errorf("rls.socketName=envoy.sock: QUOTAD_RLS_SOCKET %s", mrls.socket)
 	}
 	for _, ef := range moved.filters {
-		checkEnvoyFilter(t, "helm rls moved", ef, &md.Spec.Template, mrls)
+		checkEnvoyFilter(t, "helm rls moved", ef, &md.Spec.Template, mq, moved, mrls)
 		for _, p := range ef.Spec.ConfigPatches {
 			if p.ApplyTo == "VIRTUAL_HOST" && p.Match.RouteConfiguration.Vhost.Name != "inbound|http|9000" {
 				t.Errorf("rls.istio.port=9000: the actions go to %s", p.Match.RouteConfiguration.Vhost.Name)

@@ -2,7 +2,6 @@ package descriptors
 
 import (
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -75,12 +74,6 @@ func (c *Config) MissingPolicies(exists func(name string) bool) error {
 		return errs
 	}
 	return nil
-}
-
-// Same reports whether c and other were built from the same files with
-// the same contents.
-func (c *Config) Same(other *Config) bool {
-	return c != nil && other != nil && c.digest == other.digest
 }
 
 // file is one descriptors file's name (as errors give it) and contents.
@@ -160,41 +153,44 @@ func isYAMLName(name string) bool {
 
 // build parses every file and joins their domains.
 func build(files []file) (*Config, error) {
-	c := &Config{domains: map[string]*domain{}}
-	h := sha256.New()
+	c := &Config{domains: map[string]*domain{}, digest: digest(files)}
 	var errs Errors
+	first := map[string]string{} // the file of each domain, valid or not
 	for _, f := range files {
-		fmt.Fprintf(h, "%d:%s%d:", len(f.name), f.name, len(f.data))
-		h.Write(f.data)
 		p := &parser{file: f.name}
 		d := p.parseFile(f.data)
-		errs = append(errs, p.errs...)
+		problems := p.problems()
+		errs = append(errs, problems...)
 		if d == nil {
 			continue
 		}
-		if prev, dup := c.domains[d.name]; dup {
-			errs = append(errs, &Error{File: f.name, Domain: d.name, Msg: "domain given again (first in " + prev.file + ")"})
+		if prev, dup := first[d.name]; dup {
+			errs = append(errs, &Error{File: f.name, Domain: d.name, Msg: "domain given again (first in " + prev + ")"})
 			continue
 		}
-		if len(p.errs) == 0 {
+		first[d.name] = f.name
+		if len(problems) == 0 {
 			c.domains[d.name] = d
 			c.uses = append(c.uses, p.uses...)
 		}
 	}
-	h.Sum(c.digest[:0])
 	if len(errs) > 0 {
 		return nil, errs
 	}
 	return c, nil
 }
 
-// errorsOf returns the problems of err, for callers that print one a line.
-func errorsOf(err error) Errors {
-	var es Errors
-	if errors.As(err, &es) {
-		return es
+// digest sums the files' names and contents, so a reload notices a change
+// to either.
+func digest(files []file) [sha256.Size]byte {
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%d:%s%d:", len(f.name), f.name, len(f.data))
+		h.Write(f.data)
 	}
-	return nil
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }

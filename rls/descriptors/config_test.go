@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -802,5 +803,23 @@ func BenchmarkMatch(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		c.Match("shop", entries)
+	}
+}
+
+// A file with very many problems reports the first ones in line order and
+// says more follow.
+func TestParseErrorsTruncated(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	for i := 0; i < 3*maxErrors; i++ {
+		b.WriteString("  - key: k" + strconv.Itoa(i) + "\n    rate_limit: {unit: fortnight}\n")
+	}
+	_, err := Parse("f.yaml", []byte(b.String()))
+	var es Errors
+	if !errors.As(err, &es) || len(es) != maxErrors+1 {
+		t.Fatalf("got %d problems", len(es))
+	}
+	if es[0].Line != 4 || es[maxErrors-1].Line != 2+2*maxErrors || es[maxErrors].Msg != "more problems follow; fix these first" {
+		t.Errorf("first %+v, last %+v %+v", es[0], es[maxErrors-1], es[maxErrors])
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,22 +30,44 @@ var (
 // so that aliases cannot make a small file decode to a huge one.
 const metadataBudget = 10_000
 
+// maxErrors is how many problems of one file are reported: past it, the
+// file is not read further.
+const maxErrors = 100
+
 // parser reads one file into a domain, collecting every problem.
 type parser struct {
 	file   string
 	domain string
 	errs   Errors
 	uses   []policyUse
-	nodes  int // descriptors read, every level counted
-	full   bool
+	nodes  int  // descriptors read, every level counted
+	full   bool // the file is not read further
+	// truncated: more problems than maxErrors; problems says so.
+	truncated bool
 }
 
 func (p *parser) errorf(n *yaml.Node, path, field, msg string) {
+	if p.full {
+		return
+	}
+	if len(p.errs) == maxErrors {
+		p.truncated, p.full = true, true
+		return
+	}
 	e := &Error{File: p.file, Domain: p.domain, Path: path, Field: field, Msg: msg}
 	if n != nil {
 		e.Line = n.Line
 	}
 	p.errs = append(p.errs, e)
+}
+
+// problems returns the file's problems in line order.
+func (p *parser) problems() Errors {
+	slices.SortStableFunc(p.errs, func(a, b *Error) int { return a.Line - b.Line })
+	if p.truncated {
+		p.errs = append(p.errs, &Error{File: p.file, Domain: p.domain, Msg: "more problems follow; fix these first"})
+	}
+	return p.errs
 }
 
 // parseFile returns the file's domain, or nil when it has none; problems
@@ -114,7 +137,8 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, path string, depth i
 		}
 		p.nodes++
 		if p.nodes > limits.MaxRLSConfigDescriptors {
-			p.errorf(item, path, "", "more than "+strconv.Itoa(limits.MaxRLSConfigDescriptors)+" descriptors in one file")
+			p.errorf(item, path, "", "more than "+strconv.Itoa(limits.MaxRLSConfigDescriptors)+
+				" descriptors in one file (an alias counts every time it is used)")
 			p.full = true
 			return
 		}

@@ -34,8 +34,11 @@ type policyUse struct {
 	err    Error // the place; Msg is filled when the policy is missing
 }
 
-// Domains returns the domains, sorted.
+// Domains returns the domains, sorted; none for a nil Config.
 func (c *Config) Domains() []string {
+	if c == nil {
+		return nil
+	}
 	names := make([]string, 0, len(c.domains))
 	for n := range c.domains {
 		names = append(names, n)
@@ -48,6 +51,9 @@ func (c *Config) Domains() []string {
 // (quotad_policy), sorted, each once.
 func (c *Config) Policies() []string {
 	var names []string
+	if c == nil {
+		return nil
+	}
 	for _, u := range c.uses {
 		if !slices.Contains(names, u.policy) {
 			names = append(names, u.policy)
@@ -74,6 +80,12 @@ func (c *Config) MissingPolicies(exists func(name string) bool) error {
 		return errs
 	}
 	return nil
+}
+
+// Same reports whether c and other were built from the same files with
+// the same contents.
+func (c *Config) Same(other *Config) bool {
+	return c != nil && other != nil && c.digest == other.digest
 }
 
 // file is one descriptors file's name (as errors give it) and contents.

@@ -823,3 +823,42 @@ func TestParseErrorsTruncated(t *testing.T) {
 		t.Errorf("first %+v, last %+v %+v", es[0], es[maxErrors-1], es[maxErrors])
 	}
 }
+
+// Same tells configs built from the same files apart from others.
+func TestSame(t *testing.T) {
+	a := mustLoad(t, "testdata/shop.yaml")
+	b := mustLoad(t, "testdata/shop.yaml")
+	c := mustLoad(t, "testdata/gateway.yaml")
+	if !a.Same(b) || a.Same(c) || a.Same(nil) {
+		t.Errorf("Same: %v %v %v", a.Same(b), a.Same(c), a.Same(nil))
+	}
+}
+
+// A service without descriptors holds a nil Config: it matches nothing.
+func TestNilConfig(t *testing.T) {
+	var c *Config
+	if _, ok := c.Match("d", e("k", "v")); ok || c.Domains() != nil || c.Policies() != nil {
+		t.Error("a nil Config matched or has domains")
+	}
+}
+
+// A file as deep as the longest request descriptor matches it.
+func TestDeepest(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	var entries []Entry
+	for i := 0; i < limits.MaxRLSEntries; i++ {
+		in := strings.Repeat("    ", i)
+		b.WriteString(in + "  - key: k" + strconv.Itoa(i) + "\n")
+		if i == limits.MaxRLSEntries-1 {
+			b.WriteString(in + "    rate_limit: {unit: second, requests_per_unit: 3}\n" + in + "    descriptors: []\n")
+		} else {
+			b.WriteString(in + "    descriptors:\n")
+		}
+		entries = append(entries, Entry{"k" + strconv.Itoa(i), "v"})
+	}
+	c := mustParse(t, b.String())
+	if m, ok := c.Match("d", entries); !ok || m.Limit.RequestsPerUnit != 3 {
+		t.Errorf("%d entries: %+v %v", len(entries), m, ok)
+	}
+}

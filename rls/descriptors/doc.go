@@ -50,8 +50,13 @@
 // with a '*' (anywhere in the value, each matching any run of bytes) in
 // file order, then the key without a value. A limit applies only where
 // the descriptor matched at the request's last entry has one. The maps
-// are built at load, so a match allocates only the counter key it
-// returns.
+// are built at load, so a match allocates only the keys it returns.
+//
+// # Reload
+//
+// Reloader keeps a service's Config in step with the files (on a poll and
+// on Trigger, for SIGHUP), keeping the config in use when a change fails
+// to load or its Check refuses it.
 //
 // This package knows no wire, no Redis and no policy file.
 package descriptors

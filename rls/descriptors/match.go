@@ -33,9 +33,13 @@ type wildcard struct {
 // add puts child under n.
 func (n *node) add(child *node, isWildcard bool) {
 	n.children++
-	switch {
-	case isWildcard:
+	if isWildcard {
 		n.wild = append(n.wild, wildcard{key: child.key, parts: strings.Split(child.value, "*"), node: child})
+	}
+	// A wildcard is also found exactly by a request whose value is the
+	// pattern itself, before the wildcards are tried, as in
+	// envoyproxy/ratelimit.
+	switch {
 	case child.value == "":
 		if n.bare == nil {
 			n.bare = map[string]*node{}
@@ -100,8 +104,13 @@ const maxStackEntries = 8
 // in file order, then the key alone. Only a descriptor matched at the
 // request's last entry gives a limit: a request with more entries than
 // the file's path, or fewer, matches nothing. ok is false for an unknown
-// domain or no match. Match allocates only the key it returns.
+// domain, no match or a nil Config. Match allocates only the keys it
+// returns: Key, and MetricKey when detailed_metric or value_to_metric puts
+// request values in it.
 func (c *Config) Match(domain string, entries []Entry) (m Match, ok bool) {
+	if c == nil {
+		return Match{}, false
+	}
 	d := c.domains[domain]
 	if d == nil || len(entries) == 0 {
 		return Match{}, false

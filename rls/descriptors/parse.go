@@ -125,7 +125,7 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, path string, depth i
 		p.errorf(list, path, "descriptors", "must be a list of descriptors")
 		return
 	}
-	if depth > limits.MaxRLSEntries {
+	if depth > limits.MaxRLSEntries && len(list.Content) > 0 {
 		p.errorf(list, path, "descriptors", "nested more than "+strconv.Itoa(limits.MaxRLSEntries)+
 			" levels deep: a request descriptor has at most that many entries")
 		return
@@ -205,10 +205,11 @@ func (p *parser) descriptor(parent *node, item *yaml.Node, path string, depth in
 		if e.Value != "" {
 			what = "key " + quote(e.Key) + " with value " + quote(e.Value)
 		}
+		// Read on, for the problems of its own; it is not added.
 		p.errorf(keyNode, path, "", what+" given twice at this level (first at line "+strconv.Itoa(line)+")")
-		return
+	} else {
+		seen[e] = keyNode.Line
 	}
-	seen[e] = keyNode.Line
 
 	n := &node{key: e.Key, value: e.Value, path: parent.path + "." + e.Key}
 	if e.Value != "" {

@@ -29,13 +29,14 @@ type Reloader struct {
 	failed  [32]byte // the digest of the files that last failed to parse
 }
 
-// Target is what a Reloader keeps in step with the files.
+// Target is what a Reloader keeps in step with the files: the service
+// whose descriptors it swaps.
 type Target interface {
-	RLSConfig() *Config
-	SetRLSConfig(*Config)
-	// RLSReloaded counts a reload's outcome; err is nil when the new
-	// config is in use.
-	RLSReloaded(err error)
+	Config() *Config
+	SetConfig(*Config)
+	// Reloaded counts a reload's outcome; err is nil when the new config
+	// is in use.
+	Reloaded(err error)
 }
 
 // Log keys of the reloader's lines.
@@ -82,7 +83,7 @@ func (r *Reloader) Load(forced bool) bool {
 	if err != nil {
 		if forced || err.Error() != r.lastErr {
 			r.Logger.Error("rls config reload failed; keeping the config in use", zap.String(keyConfig, r.Path), zap.Error(err))
-			r.Target.RLSReloaded(err)
+			r.Target.Reloaded(err)
 		}
 		r.lastErr = err.Error()
 		return false
@@ -91,8 +92,8 @@ func (r *Reloader) Load(forced bool) bool {
 		return false
 	}
 	r.lastErr = ""
-	r.Target.SetRLSConfig(cfg)
-	r.Target.RLSReloaded(nil)
+	r.Target.SetConfig(cfg)
+	r.Target.Reloaded(nil)
 	r.Logger.Info("rls config reloaded", zap.String(keyConfig, r.Path), zap.Strings(keyDomains, cfg.Domains()))
 	return true
 }
@@ -105,7 +106,8 @@ func (r *Reloader) read(forced bool) (*Config, error) {
 		return nil, err
 	}
 	sum := digest(files)
-	if !forced && (sum == r.Target.RLSConfig().digest || sum == r.failed) {
+	cur := r.Target.Config()
+	if !forced && (cur != nil && sum == cur.digest || sum == r.failed) {
 		return nil, nil
 	}
 	cfg, err := build(files)

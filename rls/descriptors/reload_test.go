@@ -21,19 +21,19 @@ type target struct {
 	changed chan struct{}
 }
 
-func (t *target) RLSConfig() *Config {
+func (t *target) Config() *Config {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.cfg
 }
 
-func (t *target) SetRLSConfig(c *Config) {
+func (t *target) SetConfig(c *Config) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.cfg = c
 }
 
-func (t *target) RLSReloaded(err error) {
+func (t *target) Reloaded(err error) {
 	t.mu.Lock()
 	t.reloads = append(t.reloads, err)
 	t.mu.Unlock()
@@ -89,14 +89,14 @@ func TestReloaderKeepsTheLastGoodConfig(t *testing.T) {
 		t.Fatal("reloaded unchanged files")
 	}
 	write(limit("fortnight"))
-	if r.Load(false) || limitOf(t, tgt.RLSConfig()) != 5 {
+	if r.Load(false) || limitOf(t, tgt.Config()) != 5 {
 		t.Fatal("a bad file replaced the config in use")
 	}
 	if r.Load(false) {
 		t.Fatal("reloaded the same bad file")
 	}
 	write(limit("7"))
-	if !r.Load(false) || limitOf(t, tgt.RLSConfig()) != 7 {
+	if !r.Load(false) || limitOf(t, tgt.Config()) != 7 {
 		t.Fatal("the good file after the swap was not loaded")
 	}
 	if len(tgt.reloads) != 2 || tgt.reloads[0] == nil || tgt.reloads[1] != nil {
@@ -118,11 +118,11 @@ func TestReloaderKeepsTheLastGoodConfig(t *testing.T) {
 		return nil
 	}
 	write("domain: r\ndescriptors:\n  - key: k\n    rate_limit: {quotad_policy: p}\n")
-	if r.Load(false) || limitOf(t, tgt.RLSConfig()) != 7 {
+	if r.Load(false) || limitOf(t, tgt.Config()) != 7 {
 		t.Fatal("a config Check refused is in use")
 	}
 	missing = false
-	if !r.Load(false) || tgt.RLSConfig().Policies()[0] != "p" {
+	if !r.Load(false) || tgt.Config().Policies()[0] != "p" {
 		t.Fatal("the config was not taken once Check passed")
 	}
 }
@@ -143,7 +143,7 @@ func TestReloaderRun(t *testing.T) {
 	}
 	r.Trigger()
 	<-tgt.changed
-	if got := limitOf(t, tgt.RLSConfig()); got != 9 {
+	if got := limitOf(t, tgt.Config()); got != 9 {
 		t.Errorf("limit %d after Trigger, want 9", got)
 	}
 	cancel()

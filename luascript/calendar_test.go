@@ -520,3 +520,25 @@ func TestCalendarInExecMulti(t *testing.T) {
 		t.Fatalf("calendar peek in a batch = %+v, %v", p, err)
 	}
 }
+
+// A period counted from the epoch (the windows of Envoy's rate limit
+// service) is a calendar period whose length the spec names: a year of
+// 365 days is longer than any wall-clock period, and its spec holds
+// digits. Periods of days, so that none ends during the test. Its window is counted, denied and peeked as any calendar's.
+func TestCalendarEpochPeriods(t *testing.T) {
+	e := setup(t)
+	for _, w := range []limits.CalendarWindow{limits.EpochWindow(2, 7*86_400), limits.EpochWindow(2, 365*86_400)} {
+		before := e.redisNow()
+		start, end := w.Bounds(before)
+		a := e.cal(w, "epoch", before, 2, "")
+		key := luascript.CalendarPeriodKey(a.Key, start.UnixMilli())
+		r := e.calTake(a)
+		if !r.Allowed || r.Used != 2 || r.ResetMS > end.Sub(before).Milliseconds()+1 {
+			t.Fatalf("%s: take = %+v, want allowed at used 2, reset by %v", w.Spec(), r, end)
+		}
+		sameHash(t, w.Spec(), e.hash(key), map[string]string{"used": "2", "policy": w.Spec(), "ids": "0"})
+		if r := e.calTake(a); r.Allowed || r.Used != 2 {
+			t.Fatalf("%s: take over the limit = %+v, want denied", w.Spec(), r)
+		}
+	}
+}

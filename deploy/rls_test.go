@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -12,9 +13,15 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"quotad/policy"
 )
 
 // envoyFilter is Istio's networking.istio.io/v1alpha3 EnvoyFilter, reduced
@@ -113,7 +120,7 @@ func checkNoRLS(t *testing.T, where string, q *corev1.Container) {
 // the socket's volume, and its patches add the filter, the cluster on the
 // sidecar's socket and actions whose descriptors meet limits of the
 // sidecar's descriptors file.
-func checkEnvoyFilter(t *testing.T, where string, ef *envoyFilter, tmpl *corev1.PodTemplateSpec, q *corev1.Container, r *rendered, rls rlsConfig) {
+func checkEnvoyFilter(t *testing.T, where string, ef *envoyFilter, tmpl *corev1.PodTemplateSpec, q *corev1.Container, r *rendered, rls rlsConfig) envoyAsks {
 	t.Helper()
 	if !mapsSubset(ef.Spec.WorkloadSelector.Labels, tmpl.Labels) {
 		t.Errorf("%s: EnvoyFilter %s selects %v, not the pods (%v)", where, ef.Metadata.Name, ef.Spec.WorkloadSelector.Labels, tmpl.Labels)
@@ -192,6 +199,64 @@ func checkEnvoyFilter(t *testing.T, where string, ef *envoyFilter, tmpl *corev1.
 		_, ok := policies(t, where, &tmpl.Spec, q, r).Policies[name]
 		return ok
 	})
+	return envoyAsks{domain: domain, descriptors: ds}
+}
+
+// envoyAsks is what an Envoy configuration sends the rate limit service:
+// its domain, and the descriptors of its actions.
+type envoyAsks struct {
+	domain      string
+	descriptors [][]entry
+}
+
+// sharedSubject is the subject runSidecar's take of the app's first policy
+// uses: the user of the rate limit service's request below.
+const sharedSubject = "render-test"
+
+// askRLS returns a check for runSidecar: the sidecar's rate limit service
+// answers, on the socket the Envoy dials, the request Envoy's actions make
+// for the user sharedSubject; the descriptor decided by the policy api
+// counts in the window the app's take counted in.
+func askRLS(t *testing.T, where string, rls rlsConfig, asks envoyAsks, api *policy.Policy) func(func(string) string) {
+	return func(path func(string) string) {
+		t.Helper()
+		cc, err := grpc.NewClient("unix://"+path(rls.socket), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		defer cc.Close()
+		req := &rlsv3.RateLimitRequest{Domain: asks.domain}
+		user := -1
+		for i, d := range asks.descriptors {
+			desc := &ratelimitv3.RateLimitDescriptor{}
+			for _, e := range d {
+				v := cmpOr(e.value, sampleValues[e.key])
+				if e.key == "user" {
+					v, user = sharedSubject, i
+				}
+				desc.Entries = append(desc.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.key, Value: v})
+			}
+			req.Descriptors = append(req.Descriptors, desc)
+		}
+		if user < 0 {
+			t.Fatalf("%s: no descriptor of the actions has a user", where)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		resp, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatalf("%s: ShouldRateLimit on %s: %v", where, rls.socket, err)
+		}
+		st := resp.GetStatuses()
+		if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(st) != len(req.Descriptors) {
+			t.Fatalf("%s: ShouldRateLimit answered %v; want OK with a status per descriptor", where, resp)
+		}
+		// The app's take counted 1, this request 1 more, in one window.
+		if got := st[user].GetCurrentLimit().GetRequestsPerUnit(); int64(got) != api.Limit || int64(st[user].LimitRemaining) != api.Limit-2 {
+			t.Errorf("%s: the user's status %v; want policy api's limit %d with %d remaining, the app's take and this request counted together",
+				where, st[user], api.Limit, api.Limit-2)
+		}
+	}
 }
 
 func TestKustomizeRLSComponents(t *testing.T) {
@@ -215,8 +280,9 @@ func TestKustomizeRLSComponents(t *testing.T) {
 	if rls.socket != rlsSocket {
 		t.Errorf("%s: QUOTAD_RLS_SOCKET %s; deploy/envoy/envoy.yaml dials %s", overlay, rls.socket, rlsSocket)
 	}
+	var asks envoyAsks
 	for _, ef := range r.filters {
-		checkEnvoyFilter(t, overlay, ef, &web.Spec.Template, q, r, rls)
+		asks = checkEnvoyFilter(t, overlay, ef, &web.Spec.Template, q, r, rls)
 	}
 	// The Component's descriptors are deploy/envoy's, which envoy.yaml's
 	// actions were checked against.
@@ -227,7 +293,7 @@ func TestKustomizeRLSComponents(t *testing.T) {
 	if !bytes.Equal(rls.descriptors, want) {
 		t.Errorf("ConfigMap quotad-rls of components/quotad-rls differs from %s: copy it again", envoyDescriptors)
 	}
-	runSidecar(t, overlay, spec, q, r)
+	runSidecar(t, overlay, spec, q, r, askRLS(t, overlay, rls, asks, policies(t, overlay, spec, q, r).Policies["api"]))
 }
 
 func TestHelmRLS(t *testing.T) {
@@ -265,8 +331,9 @@ func TestHelmRLS(t *testing.T) {
 	q := checkSidecarPod(t, "helm rls", spec, r)
 	checkDoctor(t, "helm rls", q, r)
 	rls := checkRLSPod(t, "helm rls", spec, q, r)
+	var asks envoyAsks
 	for _, ef := range r.filters {
-		checkEnvoyFilter(t, "helm rls", ef, &d.Spec.Template, q, r, rls)
+		asks = checkEnvoyFilter(t, "helm rls", ef, &d.Spec.Template, q, r, rls)
 	}
 	// The chart's default descriptors are deploy/envoy's, without its
 	// header comment.
@@ -300,5 +367,33 @@ func TestHelmRLS(t *testing.T) {
 			}
 		}
 	}
-	runSidecar(t, "helm rls", spec, q, r)
+	runSidecar(t, "helm rls", spec, q, r, askRLS(t, "helm rls", rls, asks, policies(t, "helm rls", spec, q, r).Policies["api"]))
+}
+
+// A chart of a user's own (deploy/helm/examples/web) turns the service and
+// Istio's part on through its quotad values: the named templates give its
+// pods the label the EnvoyFilter selects and the annotation that mounts
+// the socket into istio-proxy.
+func TestHelmRLSInAnotherChart(t *testing.T) {
+	helm := tool(t, "helm", helmPkg)
+	web := filepath.Join(t.TempDir(), "web")
+	if err := os.CopyFS(web, os.DirFS(filepath.Join("helm", "examples", "web"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(filepath.Join(web, "charts", "quotad"), os.DirFS(filepath.Join("helm", "quotad"))); err != nil {
+		t.Fatal(err)
+	}
+	set := []string{"--set", "quotad.rls.enabled=true,quotad.rls.istio.enabled=true"}
+	runTool(t, helm, append([]string{"lint", "--strict", web}, set...)...)
+	r := decodeAll(t, "helm template examples/web", runTool(t, helm, append([]string{"template", "web", web, "--kube-version", kubeVersion}, set...)...))
+	d := r.deployments["web"]
+	if d == nil || len(r.filters) != 1 {
+		t.Fatalf("want the Deployment web and one EnvoyFilter: %v, %v", r.deployments, r.filters)
+	}
+	spec := &d.Spec.Template.Spec
+	q := checkSidecarPod(t, "examples/web rls", spec, r)
+	rls := checkRLSPod(t, "examples/web rls", spec, q, r)
+	for _, ef := range r.filters {
+		checkEnvoyFilter(t, "examples/web rls", ef, &d.Spec.Template, q, r, rls)
+	}
 }

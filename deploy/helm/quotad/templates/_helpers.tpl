@@ -51,7 +51,7 @@ otherwise.
     {{- include "quotad.podAnnotations" . | nindent 4 }}
 */}}
 {{- define "quotad.podAnnotations" -}}
-{{- if and .Values.rls.enabled .Values.rls.istio.enabled }}
+{{- if and .Values.rls.enabled .Values.rls.istio.enabled -}}
 sidecar.istio.io/userVolumeMount: {{ dict "quotad-socket" (dict "mountPath" .Values.socket.dir) | toJson | quote }}
 {{- end }}
 {{- end -}}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"testing"
 
@@ -22,8 +23,10 @@ import (
 	"google.golang.org/protobuf/reflect/protorange"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"quotad/policy"
 	"quotad/rls/descriptors"
 )
 
@@ -281,6 +284,33 @@ func TestEnvoyBootstrapDecodesStrictly(t *testing.T) {
 	}
 	if len(ds) != 2 {
 		t.Errorf("%s: %d descriptors per request, want the 2 the comments describe", envoyBootstrap, len(ds))
+	}
+	// The file loads as quotad serve --rls-config loads it, and its
+	// quotad_policy names are policies of the manifests' policy file.
+	loaded, err := descriptors.Load(envoyDescriptors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	cms, err := os.ReadFile(filepath.Join(dir, "components", "quotad", "configmap.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(cms), -1) {
+		var c corev1.ConfigMap
+		strict(t, "components/quotad/configmap.yaml", []byte(doc), &c)
+		if p, ok := c.Data["policies.yaml"]; ok {
+			pc, err := policy.ParseConfig([]byte(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for n := range pc.Policies {
+				known[n] = true
+			}
+		}
+	}
+	if err := loaded.MissingPolicies(func(name string) bool { return known[name] }); err != nil {
+		t.Errorf("%s against the policies of components/quotad: %v", envoyDescriptors, err)
 	}
 	desc, err := os.ReadFile(envoyDescriptors)
 	if err != nil {

@@ -24,6 +24,7 @@ var scripts = []*script{
 	slidingWindowTake, slidingWindowPeek,
 	calendarTake, calendarPeek,
 	fixedWindowSettle, slidingWindowSettle, calendarSettle, tokenBucketSettle,
+	calendarGive,
 	takeChecks, giveBack,
 	fixedWindowReserve, calendarReserve, windowReturn,
 	slidingWindowReserve, slidingWindowReturn, tokenBucketReserve, tokenBucketReturn,

@@ -57,6 +57,9 @@ type Dispatcher struct {
 	metrics *metrics
 	healed  atomic.Int64
 	tracer  trace.Tracer // nil when tracing is off
+	// slotOwner is store.SlotOwner, made once: a method value made per
+	// call is an allocation per call.
+	slotOwner func(slot uint16) string
 	// scripts puts the scripts into Redis before the calls need them.
 	scripts *luascript.Loader
 }
@@ -85,6 +88,7 @@ func New(opts Options) *Dispatcher {
 		deny:  newLocalDeny(DefaultLocalDenyEntries),
 	}
 	d.cfg.Store(opts.Config)
+	d.slotOwner = d.store.SlotOwner
 	if opts.Tracer != nil {
 		d.tracer = opts.Tracer.Tracer(tracerName)
 	}
@@ -113,7 +117,7 @@ func (d *Dispatcher) Close() {
 // (metrics.go), and with the scripts loaded into Redis when a node answers
 // NOSCRIPT (luascript.Loader).
 func (d *Dispatcher) client(c rueidis.Client) rueidis.Client {
-	return d.scripts.Client(d.metrics.instrument(c), d.store.SlotOwner)
+	return d.scripts.Client(d.metrics.instrument(c), d.slotOwner)
 }
 
 // loaded logs and counts what a check or load of a node's scripts did.

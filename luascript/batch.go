@@ -159,22 +159,16 @@ func BatchTexts() map[string]string {
 func ExecBatch(ctx context.Context, client rueidis.Client, calls []Call) []rueidis.RedisResult {
 	res := make([]rueidis.RedisResult, len(calls))
 	groups := groupCalls(client.Mode() == rueidis.ClientModeCluster, calls)
-	cmds := make(rueidis.Commands, 0, len(groups))
-	for _, g := range groups {
-		if len(g) == 1 {
-			c := calls[g[0]]
-			if c.s.peek {
-				cmds = append(cmds, client.B().EvalshaRo().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build())
-			} else {
-				cmds = append(cmds, client.B().Evalsha().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build())
-			}
-			continue
-		}
-		keys, args := batchArgs(calls, g)
-		cmds = append(cmds, client.B().Evalsha().Sha1(batchOf[calls[g[0]].s].sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	build := func(n int) rueidis.Completed { return groupCommand(client, calls, groups[n]) }
+	cmds := make(rueidis.Commands, len(groups))
+	for n := range groups {
+		cmds[n] = build(n)
 	}
 	var sent []rueidis.RedisResult
-	if len(cmds) > 0 {
+	if lc, ok := client.(*loadingClient); ok && len(cmds) > 0 {
+		// Built again if sent again, not pinned (loadingClient.doMulti).
+		sent = lc.doMulti(ctx, cmds, build)
+	} else if len(cmds) > 0 {
 		sent = client.DoMulti(ctx, cmds...)
 	}
 	var again []int // groups to send again with EVAL
@@ -211,6 +205,20 @@ func ExecBatch(ctx context.Context, client rueidis.Client, calls []Call) []rueid
 		}
 	}
 	return res
+}
+
+// groupCommand is the EVALSHA of group g of calls: its call's own script
+// for a group of one, else its batch script's.
+func groupCommand(client rueidis.Client, calls []Call, g []int) rueidis.Completed {
+	if len(g) == 1 {
+		c := calls[g[0]]
+		if c.s.peek {
+			return client.B().EvalshaRo().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
+		}
+		return client.B().Evalsha().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
+	}
+	keys, args := batchArgs(calls, g)
+	return client.B().Evalsha().Sha1(batchOf[calls[g[0]].s].sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 }
 
 // groupCalls groups the indexes of calls into script calls: every call

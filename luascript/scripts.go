@@ -156,6 +156,19 @@ func (s *script) exec(ctx context.Context, c rueidis.Client, keys, args []string
 	if s.peek {
 		return s.ro.Exec(ctx, c, keys, args)
 	}
+	if lc, ok := c.(*loadingClient); ok {
+		// As s.lua.Exec sends it, but built again if it is sent again, not
+		// pinned (loadingClient.do).
+		build := func() rueidis.Completed {
+			return lc.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		}
+		res := lc.do(ctx, texts[s.sha], build(), build)
+		if noScript(res) {
+			// Redis refused to load it: the text goes along.
+			res = lc.Client.Do(ctx, lc.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		}
+		return res
+	}
 	return s.lua.Exec(ctx, c, keys, args)
 }
 

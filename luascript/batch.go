@@ -74,8 +74,9 @@ var batches, batchOf = func() ([]*batch, map[*script]*batch) {
 	for _, f := range batchFamilies {
 		b := newBatch("batch_"+f.name+".lua", f.ss)
 		bs = append(bs, b)
-		for s := range b.index {
+		for s, i := range b.index {
 			of[s] = b
+			s.batch, s.bodyIndex = b, i
 		}
 	}
 	return bs, of
@@ -193,7 +194,7 @@ func ExecBatch(ctx context.Context, client rueidis.Client, calls []Call) []rueid
 		cmds = cmds[:0]
 		for _, n := range again {
 			keys, args := batchArgs(calls, groups[n])
-			cmds = append(cmds, client.B().Eval().Script(batchOf[calls[groups[n][0]].s].src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+			cmds = append(cmds, client.B().Eval().Script(calls[groups[n][0]].s.batch.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 		}
 		for i, r := range client.DoMulti(ctx, cmds...) {
 			splitBatch(res, groups[again[i]], r)
@@ -218,7 +219,7 @@ func groupCommand(client rueidis.Client, calls []Call, g []int) rueidis.Complete
 		return client.B().Evalsha().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
 	}
 	keys, args := batchArgs(calls, g)
-	return client.B().Evalsha().Sha1(batchOf[calls[g[0]].s].sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return client.B().Evalsha().Sha1(calls[g[0]].s.batch.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 }
 
 // groupCalls groups the indexes of calls into script calls: every call
@@ -232,12 +233,44 @@ func groupCalls(cluster bool, calls []Call) [][]int {
 		slot uint16 // on a Cluster
 	}
 	var groups [][]int
-	open := map[where]int{} // the group being filled of each batch script (and slot)
+	// The group being filled of each batch script (and slot): a batch has
+	// a few, looked up in order, and a map past them.
+	type filling struct {
+		w where
+		n int
+	}
+	var few [8]filling
+	open, more := few[:0], map[where]int(nil)
+	find := func(w where) (int, bool) {
+		for _, f := range open {
+			if f.w == w {
+				return f.n, true
+			}
+		}
+		n, ok := more[w]
+		return n, ok
+	}
+	set := func(w where, n int) {
+		for j := range open {
+			if open[j].w == w {
+				open[j].n = n
+				return
+			}
+		}
+		if len(open) < len(few) {
+			open = append(open, filling{w, n})
+			return
+		}
+		if more == nil {
+			more = map[where]int{}
+		}
+		more[w] = n
+	}
 	for i, c := range calls {
 		if c.s == nil {
 			continue
 		}
-		b := batchOf[c.s]
+		b := c.s.batch
 		if b == nil || len(c.keys) > maxCount || len(c.args) > maxCount || len(c.keys) == 0 {
 			groups = append(groups, []int{i})
 			continue
@@ -246,11 +279,12 @@ func groupCalls(cluster bool, calls []Call) [][]int {
 		if cluster {
 			w.slot = keyslot.Of(c.keys[0])
 		}
-		if n, ok := open[w]; ok && len(groups[n]) < MaxBatch {
+		n, ok := find(w)
+		if ok && len(groups[n]) < MaxBatch {
 			groups[n] = append(groups[n], i)
 			continue
 		}
-		open[w] = len(groups)
+		set(w, len(groups))
 		groups = append(groups, make([]int, 1, min(MaxBatch, len(calls)-i)))
 		groups[len(groups)-1][0] = i
 	}
@@ -275,7 +309,7 @@ func batchArgs(calls []Call, g []int) (keys, args []string) {
 	for _, i := range g {
 		c := calls[i]
 		keys = append(keys, c.keys...)
-		layout = append(layout, batchOf[c.s].index[c.s], byte(len(c.keys)), byte(len(c.args)))
+		layout = append(layout, c.s.bodyIndex, byte(len(c.keys)), byte(len(c.args)))
 	}
 	if na <= maxRefs {
 		if args, ok := refArgs(calls, g, na); ok {
@@ -309,7 +343,7 @@ func refArgs(calls []Call, g []int, na int) ([]string, bool) {
 	refs := make([]byte, 0, na)
 	for _, i := range g {
 		c := &calls[i]
-		body := batchOf[c.s].index[c.s]
+		body := c.s.bodyIndex
 		var prev decided
 		n := 0
 		for ; n < len(last); n++ {

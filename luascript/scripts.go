@@ -130,6 +130,11 @@ type script struct {
 	peek bool
 	lua  *rueidis.Lua   // a script that writes
 	ro   readOnlyScript // a peek
+	// batch is the batch script that decides its calls, bodyIndex its
+	// body's number there (batchOf, batch.index), nil and 0 for none: read
+	// per call, without a map.
+	batch     *batch
+	bodyIndex byte
 }
 
 // newScript makes the script of file name from its body, joined to the

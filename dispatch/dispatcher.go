@@ -307,7 +307,7 @@ func (d *Dispatcher) resolve(req *protocol.Request, cfg *policy.Config, l *Limit
 // by sending its call to Redis (route.go). Done is called when it is
 // decided, possibly before Run returns.
 func (d *Dispatcher) Run(dec *Decision) {
-	dec.queued = time.Now()
+	dec.queued = monoNow()
 	req := dec.req
 	switch req.Op {
 	case protocol.OpSettle:

@@ -299,14 +299,14 @@ type timedClient struct {
 }
 
 func (c *timedClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	start := time.Now()
+	start := monoNow()
 	res := c.Client.Do(ctx, cmd)
 	c.m.redisCall(start, res.Error())
 	return res
 }
 
 func (c *timedClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	start := time.Now()
+	start := monoNow()
 	res := c.Client.DoMulti(ctx, cmds...)
 	for _, r := range res {
 		c.m.redisCall(start, r.Error())

@@ -318,6 +318,15 @@ func (l *Loader) landing(ctx context.Context, addr string, t *text) error {
 // sent, and its time at Redis begins now.
 var errWaited = errors.New("waited for the script's load")
 
+// clockStart anchors monoNow.
+var clockStart = time.Now()
+
+// monoNow is time.Now read from the monotonic clock alone: one clock read,
+// not two, for a time only compared and subtracted (every script call
+// reads it). Its wall time misses a step of the wall clock since the
+// start.
+func monoNow() time.Time { return clockStart.Add(time.Since(clockStart)) }
+
 // HeldError is the failure of a call that the loader held back while it
 // loaded the call's script (a load in flight, or after NOSCRIPT), with when
 // the call was last sent: its time at Redis began then, not when its
@@ -585,7 +594,7 @@ func (c *loadingClient) do(ctx context.Context, t *text, cmd rueidis.Completed, 
 	} else if err != nil {
 		return rueidis.NewErrorResult(err)
 	}
-	sent := time.Now()
+	sent := monoNow()
 	res := c.Client.Do(ctx, cmd)
 	if !noScript(res) {
 		if waited {
@@ -599,7 +608,7 @@ func (c *loadingClient) do(ctx context.Context, t *text, cmd rueidis.Completed, 
 		}
 		return rueidis.NewErrorResult(err)
 	}
-	resent := time.Now()
+	resent := monoNow()
 	return held(c.Client.Do(ctx, build()), resent)
 }
 
@@ -650,7 +659,7 @@ func (c *loadingClient) doMulti(ctx context.Context, cmds []rueidis.Completed, b
 			}
 		}
 	}
-	sent := time.Now()
+	sent := monoNow()
 	res := c.Client.DoMulti(ctx, cmds...)
 	if ts == nil {
 		return res
@@ -680,7 +689,7 @@ func (c *loadingClient) doMulti(ctx context.Context, cmds []rueidis.Completed, b
 	for j, i := range again {
 		resend[j] = build(i)
 	}
-	resent := time.Now()
+	resent := monoNow()
 	for j, r := range c.Client.DoMulti(ctx, resend...) {
 		res[again[j]] = held(r, resent)
 	}

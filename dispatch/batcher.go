@@ -177,9 +177,9 @@ func (b *batcher) send(batch []*Decision, calls []luascript.Call) []luascript.Ca
 	}
 	for _, dec := range batch {
 		dec.trip = batch[0].trip
-		d.metrics.queued(dec)
 		calls = append(calls, dec.call)
 	}
+	d.metrics.queued(batch...)
 	d.metrics.batchSize.Observe(float64(len(batch)))
 	client = d.client(client)
 	span := d.callSpan(callBatch, batch...)

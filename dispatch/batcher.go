@@ -85,8 +85,15 @@ func (b *batcher) submit(dec *Decision) {
 		return
 	}
 	b.pending = append(b.pending, dec)
+	// A runner is woken only when one may take it: while batchRunners
+	// batches are at Redis, a runner that comes back takes it, or the
+	// wake-up at patience wakes them. Waking one to find it may not go
+	// would cost a switch of goroutines per decision under load.
+	wake := b.mayGoLocked()
 	b.mu.Unlock()
-	b.cond.Signal()
+	if wake {
+		b.cond.Signal()
+	}
 }
 
 // close ends the runners once every submitted decision is answered.
@@ -124,8 +131,13 @@ func (b *batcher) run() {
 		clear(calls)
 		b.mu.Lock()
 		b.busy--
+		// This runner takes the next batch itself; another is woken only
+		// for what is left past it.
+		more := len(b.pending) > maxBatch
 		b.mu.Unlock()
-		b.cond.Signal()
+		if more {
+			b.cond.Signal()
+		}
 	}
 }
 
@@ -133,24 +145,24 @@ func (b *batcher) run() {
 // wait, and fewer than batchRunners batches are at Redis, or the oldest
 // decision has waited patience and fewer than maxBatchesInFlight are, or
 // the batcher is closing. Otherwise, while decisions wait, it arms the
-// wake-up for when the oldest will have waited patience.
+// wake-up for when the oldest will have waited patience. An armed wake-up
+// is for the oldest decision or one older (pending is in order), so it
+// comes no later than the oldest's patience: it is not read again.
 func (b *batcher) mayGoLocked() bool {
 	switch {
 	case len(b.pending) == 0:
 		return false
 	case b.busy < batchRunners || b.closed:
 		return true
-	case b.busy >= maxBatchesInFlight:
+	case b.busy >= maxBatchesInFlight || b.armed:
 		return false
 	}
 	wait := b.d.patience() - time.Since(b.pending[0].queued)
 	if wait <= 0 {
 		return true
 	}
-	if !b.armed {
-		b.armed = true
-		b.wake.Reset(wait)
-	}
+	b.armed = true
+	b.wake.Reset(wait)
 	return false
 }
 
@@ -177,9 +189,9 @@ func (b *batcher) send(batch []*Decision, calls []luascript.Call) []luascript.Ca
 	}
 	for _, dec := range batch {
 		dec.trip = batch[0].trip
-		d.metrics.queued(dec)
 		calls = append(calls, dec.call)
 	}
+	d.metrics.queued(batch...)
 	d.metrics.batchSize.Observe(float64(len(batch)))
 	client = d.client(client)
 	span := d.callSpan(callBatch, batch...)

@@ -57,6 +57,9 @@ type Dispatcher struct {
 	metrics *metrics
 	healed  atomic.Int64
 	tracer  trace.Tracer // nil when tracing is off
+	// slotOwner is store.SlotOwner, made once: a method value made per
+	// call is an allocation per call.
+	slotOwner func(slot uint16) string
 	// scripts puts the scripts into Redis before the calls need them.
 	scripts *luascript.Loader
 	allot   *allotments // allotment.go
@@ -86,6 +89,7 @@ func New(opts Options) *Dispatcher {
 		deny:  newLocalDeny(DefaultLocalDenyEntries),
 	}
 	d.cfg.Store(opts.Config)
+	d.slotOwner = d.store.SlotOwner
 	if opts.Tracer != nil {
 		d.tracer = opts.Tracer.Tracer(tracerName)
 	}
@@ -116,7 +120,7 @@ func (d *Dispatcher) Close() {
 // (metrics.go), and with the scripts loaded into Redis when a node answers
 // NOSCRIPT (luascript.Loader).
 func (d *Dispatcher) client(c rueidis.Client) rueidis.Client {
-	return d.scripts.Client(d.metrics.instrument(c), d.store.SlotOwner)
+	return d.scripts.Client(d.metrics.instrument(c), d.slotOwner)
 }
 
 // loaded logs and counts what a check or load of a node's scripts did.
@@ -384,7 +388,7 @@ func (d *Dispatcher) resolve(req *protocol.Request, cfg *policy.Config, l *Limit
 // by sending its call to Redis (route.go). Done is called when it is
 // decided, possibly before Run returns.
 func (d *Dispatcher) Run(dec *Decision) {
-	dec.queued = time.Now()
+	dec.queued = monoNow()
 	req := dec.req
 	switch req.Op {
 	case protocol.OpSettle:

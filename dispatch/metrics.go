@@ -71,7 +71,7 @@ type metrics struct {
 	localDenials  prometheus.Counter
 	duration      *prometheus.HistogramVec
 	redisDuration prometheus.Histogram
-	queueDuration prometheus.Histogram
+	queueDuration *waits
 	batchSize     prometheus.Histogram
 	redisErrors   *prometheus.CounterVec
 	scriptLoads   *prometheus.CounterVec
@@ -117,11 +117,9 @@ func newMetrics(d *Dispatcher, opts Options) *metrics {
 		Help:    "Time of each Redis command the requests send (EVALSHA, and EVAL when a script was missing).",
 		Buckets: latency,
 	})
-	m.queueDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "quotad_redis_queue_seconds",
-		Help:    "Time each decision sent to Redis waited inside quotad, from its arrival to the send of its script call: behind the batches at Redis. Its deadline counts from its arrival; only the rest is time at Redis.",
-		Buckets: latency,
-	})
+	m.queueDuration = newWaits("quotad_redis_queue_seconds",
+		"Time each decision sent to Redis waited inside quotad, from its arrival to the send of its script call: behind the batches at Redis. Its deadline counts from its arrival; only the rest is time at Redis.",
+		latency)
 	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "quotad_redis_batch_requests",
 		Help:    "Decisions sent to Redis together, per batch: those that came while earlier batches were at Redis.",
@@ -263,11 +261,9 @@ func (m *metrics) observeCheck(dec *Decision, i int, elapsed time.Duration) {
 	m.decisionLog.Info("decision", fields...)
 }
 
-// queued records how long dec waited inside quotad before its call was
-// sent (dec.trip.sent).
-func (m *metrics) queued(dec *Decision) {
-	m.queueDuration.Observe(dec.trip.sent.Sub(dec.queued).Seconds())
-}
+// queued records how long each of decs, sent in one call, waited inside
+// quotad before the call was sent (trip.sent).
+func (m *metrics) queued(decs ...*Decision) { m.queueDuration.observe(decs...) }
 
 // ObserveRefused counts a request the server refused itself, before the
 // dispatcher saw it: a line that does not decode, one too long, one that
@@ -302,14 +298,14 @@ type timedClient struct {
 }
 
 func (c *timedClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	start := time.Now()
+	start := monoNow()
 	res := c.Client.Do(ctx, cmd)
 	c.m.redisCall(start, res.Error())
 	return res
 }
 
 func (c *timedClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	start := time.Now()
+	start := monoNow()
 	res := c.Client.DoMulti(ctx, cmds...)
 	for _, r := range res {
 		c.m.redisCall(start, r.Error())

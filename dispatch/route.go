@@ -104,11 +104,23 @@ type trip struct {
 	own bool
 }
 
+// clockStart anchors monoNow.
+var clockStart = time.Now()
+
+// monoNow is time.Now read from the monotonic clock alone: one clock read,
+// not two (the wall clock and the monotonic one), which on a virtual
+// machine can cost a hundred nanoseconds or more each, and a decision
+// reads the clock several times. Durations and comparisons between times
+// use the monotonic reading, as they do for time.Now's; its wall time is
+// the start's plus the monotonic time since, which misses a step of the
+// wall clock since, so it is not for showing (a span's start).
+func monoNow() time.Time { return clockStart.Add(time.Since(clockStart)) }
+
 // depart starts a call of dec that began waiting at from: dec.trip is its
 // timing, and the context carries its deadline.
 func (d *Dispatcher) depart(dec *Decision, from time.Time) (context.Context, context.CancelFunc) {
 	at, own := d.deadline(dec.req, from)
-	dec.trip = trip{queued: from, sent: time.Now(), deadline: at, own: own}
+	dec.trip = trip{queued: from, sent: monoNow(), deadline: at, own: own}
 	return context.WithDeadline(d.opts.Context, at)
 }
 
@@ -123,7 +135,7 @@ func (d *Dispatcher) alone(dec *Decision, r route) {
 	}
 	client = d.client(client)
 	if r == routeSteps {
-		dec.trip.sent = time.Now()
+		dec.trip.sent = monoNow()
 		d.metrics.queued(dec)
 		d.steps(dec, client)
 		return

@@ -81,8 +81,9 @@ var batches, batchOf = func() ([]*batch, map[*script]*batch) {
 	for _, f := range batchFamilies {
 		b := newBatch("batch_"+f.name+".lua", f.ss)
 		bs = append(bs, b)
-		for s := range b.index {
+		for s, i := range b.index {
 			of[s] = b
+			s.batch, s.bodyIndex = b, i
 		}
 	}
 	return bs, of
@@ -166,22 +167,16 @@ func BatchTexts() map[string]string {
 func ExecBatch(ctx context.Context, client rueidis.Client, calls []Call) []rueidis.RedisResult {
 	res := make([]rueidis.RedisResult, len(calls))
 	groups := groupCalls(client.Mode() == rueidis.ClientModeCluster, calls)
-	cmds := make(rueidis.Commands, 0, len(groups))
-	for _, g := range groups {
-		if len(g) == 1 {
-			c := calls[g[0]]
-			if c.s.peek {
-				cmds = append(cmds, client.B().EvalshaRo().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build())
-			} else {
-				cmds = append(cmds, client.B().Evalsha().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build())
-			}
-			continue
-		}
-		keys, args := batchArgs(calls, g)
-		cmds = append(cmds, client.B().Evalsha().Sha1(batchOf[calls[g[0]].s].sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	build := func(n int) rueidis.Completed { return groupCommand(client, calls, groups[n]) }
+	cmds := make(rueidis.Commands, len(groups))
+	for n := range groups {
+		cmds[n] = build(n)
 	}
 	var sent []rueidis.RedisResult
-	if len(cmds) > 0 {
+	if lc, ok := client.(*loadingClient); ok && len(cmds) > 0 {
+		// Built again if sent again, not pinned (loadingClient.doMulti).
+		sent = lc.doMulti(ctx, cmds, build)
+	} else if len(cmds) > 0 {
 		sent = client.DoMulti(ctx, cmds...)
 	}
 	var again []int // groups to send again with EVAL
@@ -206,7 +201,7 @@ func ExecBatch(ctx context.Context, client rueidis.Client, calls []Call) []rueid
 		cmds = cmds[:0]
 		for _, n := range again {
 			keys, args := batchArgs(calls, groups[n])
-			cmds = append(cmds, client.B().Eval().Script(batchOf[calls[groups[n][0]].s].src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+			cmds = append(cmds, client.B().Eval().Script(calls[groups[n][0]].s.batch.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 		}
 		for i, r := range client.DoMulti(ctx, cmds...) {
 			splitBatch(res, groups[again[i]], r)
@@ -220,6 +215,20 @@ func ExecBatch(ctx context.Context, client rueidis.Client, calls []Call) []rueid
 	return res
 }
 
+// groupCommand is the EVALSHA of group g of calls: its call's own script
+// for a group of one, else its batch script's.
+func groupCommand(client rueidis.Client, calls []Call, g []int) rueidis.Completed {
+	if len(g) == 1 {
+		c := calls[g[0]]
+		if c.s.peek {
+			return client.B().EvalshaRo().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
+		}
+		return client.B().Evalsha().Sha1(c.s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
+	}
+	keys, args := batchArgs(calls, g)
+	return client.B().Evalsha().Sha1(calls[g[0]].s.batch.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
 // groupCalls groups the indexes of calls into script calls: every call
 // whose script a batch script decides, by that batch script and by Redis
 // node (by hash slot on a Cluster), in order, at most MaxBatch a group; a
@@ -231,12 +240,44 @@ func groupCalls(cluster bool, calls []Call) [][]int {
 		slot uint16 // on a Cluster
 	}
 	var groups [][]int
-	open := map[where]int{} // the group being filled of each batch script (and slot)
+	// The group being filled of each batch script (and slot): a batch has
+	// a few, looked up in order, and a map past them.
+	type filling struct {
+		w where
+		n int
+	}
+	var few [8]filling
+	open, more := few[:0], map[where]int(nil)
+	find := func(w where) (int, bool) {
+		for _, f := range open {
+			if f.w == w {
+				return f.n, true
+			}
+		}
+		n, ok := more[w]
+		return n, ok
+	}
+	set := func(w where, n int) {
+		for j := range open {
+			if open[j].w == w {
+				open[j].n = n
+				return
+			}
+		}
+		if len(open) < len(few) {
+			open = append(open, filling{w, n})
+			return
+		}
+		if more == nil {
+			more = map[where]int{}
+		}
+		more[w] = n
+	}
 	for i, c := range calls {
 		if c.s == nil {
 			continue
 		}
-		b := batchOf[c.s]
+		b := c.s.batch
 		if b == nil || len(c.keys) > maxCount || len(c.args) > maxCount || len(c.keys) == 0 {
 			groups = append(groups, []int{i})
 			continue
@@ -245,11 +286,12 @@ func groupCalls(cluster bool, calls []Call) [][]int {
 		if cluster {
 			w.slot = keyslot.Of(c.keys[0])
 		}
-		if n, ok := open[w]; ok && len(groups[n]) < MaxBatch {
+		n, ok := find(w)
+		if ok && len(groups[n]) < MaxBatch {
 			groups[n] = append(groups[n], i)
 			continue
 		}
-		open[w] = len(groups)
+		set(w, len(groups))
 		groups = append(groups, make([]int, 1, min(MaxBatch, len(calls)-i)))
 		groups[len(groups)-1][0] = i
 	}
@@ -274,7 +316,7 @@ func batchArgs(calls []Call, g []int) (keys, args []string) {
 	for _, i := range g {
 		c := calls[i]
 		keys = append(keys, c.keys...)
-		layout = append(layout, batchOf[c.s].index[c.s], byte(len(c.keys)), byte(len(c.args)))
+		layout = append(layout, c.s.bodyIndex, byte(len(c.keys)), byte(len(c.args)))
 	}
 	if na <= maxRefs {
 		if args, ok := refArgs(calls, g, na); ok {
@@ -308,7 +350,7 @@ func refArgs(calls []Call, g []int, na int) ([]string, bool) {
 	refs := make([]byte, 0, na)
 	for _, i := range g {
 		c := &calls[i]
-		body := batchOf[c.s].index[c.s]
+		body := c.s.bodyIndex
 		var prev decided
 		n := 0
 		for ; n < len(last); n++ {

@@ -321,6 +321,15 @@ func (l *Loader) landing(ctx context.Context, addr string, t *text) error {
 // sent, and its time at Redis begins now.
 var errWaited = errors.New("waited for the script's load")
 
+// clockStart anchors monoNow.
+var clockStart = time.Now()
+
+// monoNow is time.Now read from the monotonic clock alone: one clock read,
+// not two, for a time only compared and subtracted (every script call
+// reads it). Its wall time misses a step of the wall clock since the
+// start.
+func monoNow() time.Time { return clockStart.Add(time.Since(clockStart)) }
+
 // HeldError is the failure of a call that the loader held back while it
 // loaded the call's script (a load in flight, or after NOSCRIPT), with when
 // the call was last sent: its time at Redis began then, not when its
@@ -571,15 +580,24 @@ func (c *loadingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 	if t == nil {
 		return c.Client.Do(ctx, cmd)
 	}
+	// Pinned, so that it can be sent again after the first reply.
+	cmd = cmd.Pin()
+	return c.do(ctx, t, cmd, func() rueidis.Completed { return cmd })
+}
+
+// do sends cmd, the EVALSHA of t, with NOSCRIPT handled as Do says; build
+// makes the command that is sent again, so that a caller who can build
+// cmd anew need not pin it: rueidis recycles a command it has answered
+// unless it is pinned, and a pinned one is an allocation per call. cmd is
+// read only before it is sent (its slot is its own).
+func (c *loadingClient) do(ctx context.Context, t *text, cmd rueidis.Completed, build func() rueidis.Completed) rueidis.RedisResult {
 	waited := false
 	if err := c.landed(ctx, cmd, t); err == errWaited {
 		waited = true
 	} else if err != nil {
 		return rueidis.NewErrorResult(err)
 	}
-	// Pinned, so that it can be sent again after the first reply.
-	cmd = cmd.Pin()
-	sent := time.Now()
+	sent := monoNow()
 	res := c.Client.Do(ctx, cmd)
 	if !noScript(res) {
 		if waited {
@@ -593,19 +611,37 @@ func (c *loadingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 		}
 		return rueidis.NewErrorResult(err)
 	}
-	resent := time.Now()
-	return held(c.Client.Do(ctx, cmd), resent)
+	resent := monoNow()
+	return held(c.Client.Do(ctx, build()), resent)
 }
 
 func (c *loadingClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	var ts []*text // by index of cmds; nil while no call is an EVALSHA
+	for i := range cmds {
+		if evalsha(cmds[i]) != nil {
+			// Pinned, so that it can be sent again after the first reply.
+			cmds[i] = cmds[i].Pin()
+		}
+	}
+	return c.doMulti(ctx, cmds, func(i int) rueidis.Completed { return cmds[i] })
+}
+
+// doMulti is DoMulti of cmds, which need not be pinned: build(i) makes
+// cmds[i] anew when it is sent again (do).
+func (c *loadingClient) doMulti(ctx context.Context, cmds []rueidis.Completed, build func(i int) rueidis.Completed) []rueidis.RedisResult {
+	// ts are the texts the commands name, by index of cmds; nil while no
+	// command is an EVALSHA. A batcher's DoMulti holds a few commands.
+	var few [8]*text
+	var ts []*text
 	for i := range cmds {
 		if t := evalsha(cmds[i]); t != nil {
 			if ts == nil {
-				ts = make([]*text, len(cmds))
+				if len(cmds) <= len(few) {
+					ts = few[:len(cmds)]
+				} else {
+					ts = make([]*text, len(cmds))
+				}
 			}
 			ts[i] = t
-			cmds[i] = cmds[i].Pin()
 		}
 	}
 	waited := false
@@ -626,7 +662,7 @@ func (c *loadingClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) 
 			}
 		}
 	}
-	sent := time.Now()
+	sent := monoNow()
 	res := c.Client.DoMulti(ctx, cmds...)
 	if ts == nil {
 		return res
@@ -654,9 +690,9 @@ func (c *loadingClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) 
 	}
 	resend := make(rueidis.Commands, len(again))
 	for j, i := range again {
-		resend[j] = cmds[i]
+		resend[j] = build(i)
 	}
-	resent := time.Now()
+	resent := monoNow()
 	for j, r := range c.Client.DoMulti(ctx, resend...) {
 		res[again[j]] = held(r, resent)
 	}

@@ -194,3 +194,58 @@ func TestLoaderLoadsOnlyTheBatchScriptABatchNeeds(t *testing.T) {
 	default:
 	}
 }
+
+// After SCRIPT FLUSH, the calls luascript builds itself (a take alone,
+// ExecBatch's batch and its group of one), which go unpinned and are built
+// again to be sent again, each run exactly once: every take counts once on
+// its key, the two scripts they need are loaded once each, and none
+// carries a script's text.
+func TestLoaderSendsOwnCallsAgainAfterNoScript(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	l := luascript.NewLoader(luascript.LoaderOptions{})
+	t.Cleanup(l.Close)
+	lc := l.Client(c, nil)
+	m := must(t)
+	if err := c.Do(t.Context(), c.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	srv.ResetStats(t)
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*n)
+	for range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := luascript.Take(ctx, lc, limits.FixedWindow, args("alone", 1000, 1, "")); err != nil {
+				errs <- err
+			}
+			batch := []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args("batch", 1000, 1, ""))),
+				m(luascript.TakeCall(limits.FixedWindow, args("batch", 1000, 2, "")))}
+			one := []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args("one", 1000, 1, "")))}
+			for _, r := range append(luascript.ExecBatch(ctx, lc, batch), luascript.ExecBatch(ctx, lc, one)...) {
+				if _, err := luascript.ParseTake(r); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a call failed: %v", err)
+	}
+	for key, want := range map[string]int64{"alone": n, "batch": 3 * n, "one": n} {
+		r, err := luascript.Peek(t.Context(), c, limits.FixedWindow, luascript.Args{Key: key, Limit: 1000, WindowMS: minute})
+		if err != nil || r.Used != want {
+			t.Errorf("%s: used %d (%v), want %d: each take once", key, r.Used, err, want)
+		}
+	}
+	if n := srv.CommandCalls(t, "script|load"); n != 2 {
+		t.Errorf("%d SCRIPT LOADs for the take's script and its batch script, want one each", n)
+	}
+	if n := srv.CommandCalls(t, "eval"); n != 0 {
+		t.Errorf("%d calls sent a script's text (EVAL), want none", n)
+	}
+}

@@ -131,6 +131,11 @@ type script struct {
 	peek bool
 	lua  *rueidis.Lua   // a script that writes
 	ro   readOnlyScript // a peek
+	// batch is the batch script that decides its calls, bodyIndex its
+	// body's number there (batchOf, batch.index), nil and 0 for none: read
+	// per call, without a map.
+	batch     *batch
+	bodyIndex byte
 }
 
 // newScript makes the script of file name from its body, joined to the
@@ -156,6 +161,19 @@ func newScript(name, file string, c *contract) *script {
 func (s *script) exec(ctx context.Context, c rueidis.Client, keys, args []string) rueidis.RedisResult {
 	if s.peek {
 		return s.ro.Exec(ctx, c, keys, args)
+	}
+	if lc, ok := c.(*loadingClient); ok {
+		// As s.lua.Exec sends it, but built again if it is sent again, not
+		// pinned (loadingClient.do).
+		build := func() rueidis.Completed {
+			return lc.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		}
+		res := lc.do(ctx, texts[s.sha], build(), build)
+		if noScript(res) {
+			// Redis refused to load it: the text goes along.
+			res = lc.Client.Do(ctx, lc.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		}
+		return res
 	}
 	return s.lua.Exec(ctx, c, keys, args)
 }

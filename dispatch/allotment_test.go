@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
@@ -397,5 +398,28 @@ func TestHeat(t *testing.T) {
 	// A second later the count starts again.
 	if r := burst.warm(1, t0.Add(2*time.Second)); hot(r) {
 		t.Fatalf("after a lull: rate %v", r)
+	}
+}
+
+// A take answered from the allotment is a span that says so.
+func TestAllotmentSpanSaysAllotted(t *testing.T) {
+	r := redistest.Start(t)
+	d, exp, _ := tracedDispatcher(t, r, allotConfig(t, "1m"))
+	line, traceID, _ := traceParent(7)
+	waitFor(t, "a take answered from the allotment", func() bool {
+		return decide(t, d, `{"op":"take","policy":"hot","subject":"span",`+line+`}`).Allotted
+	})
+	spans := exp.GetSpans().Snapshots()
+	var last sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.SpanContext().TraceID() == traceID && s.Name() == "take" {
+			last = s
+		}
+	}
+	if last == nil {
+		t.Fatalf("no take span in trace %s among %d spans", traceID, len(spans))
+	}
+	if got := attrsOf(last)[attrAllotted]; !got.AsBool() {
+		t.Fatalf("the allotted take's span has quotad.allotted %v, want true", got.Emit())
 	}
 }

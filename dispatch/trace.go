@@ -45,6 +45,7 @@ const (
 	attrVerdict    = attribute.Key("quotad.verdict")
 	attrReplay     = attribute.Key("quotad.replay")
 	attrLocal      = attribute.Key("quotad.local")
+	attrAllotted   = attribute.Key("quotad.allotted")
 	attrDegraded   = attribute.Key("quotad.degraded")
 	attrErrorCode  = attribute.Key("quotad.error.code")
 	attrErrorType  = attribute.Key("error.type")
@@ -119,7 +120,7 @@ func (d *Dispatcher) endSpan(dec *Decision) {
 	} else if o.Algorithm != "" {
 		attrs = append(attrs, attrAlgorithm.String(o.Algorithm), attrPolicy.String(o.Policy))
 	}
-	attrs = append(attrs, attrReplay.Bool(o.Replay), attrLocal.Bool(o.Local), attrDegraded.Bool(o.Degraded))
+	attrs = append(attrs, attrReplay.Bool(o.Replay), attrLocal.Bool(o.Local), attrAllotted.Bool(o.Allotted), attrDegraded.Bool(o.Degraded))
 	if o.Failed() {
 		attrs = append(attrs, attrErrorCode.String(string(o.Code)), attrErrorType.String(string(o.Code)))
 		sp.SetStatus(codes.Error, o.Message)

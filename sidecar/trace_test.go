@@ -160,7 +160,7 @@ func TestTraceSpansReachTheReceiver(t *testing.T) {
 				t.Errorf("take span: parent %s via %s kind %v, want parent %s via %s, a server span", take.ParentSpanID, take.Via, take.Kind, parentID, via)
 			}
 			for k, want := range map[string]any{"quotad.op": "take", "quotad.verdict": "allowed", "quotad.algorithm": "fixed_window",
-				"quotad.policy": "", "quotad.replay": false, "quotad.local": false, "quotad.degraded": false} {
+				"quotad.policy": "", "quotad.replay": false, "quotad.local": false, "quotad.allotted": false, "quotad.degraded": false} {
 				if got := take.Attributes[k]; got != want {
 					t.Errorf("take span attribute %s = %#v, want %#v", k, got, want)
 				}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,10 +58,45 @@ type Service struct {
 }
 
 // table is a descriptors file in use, with its domains for the limit
-// override, which applies only to a known domain.
+// override, which applies only to a known domain, and what its calls'
+// answers share, made once: the names and hash tags of its domains, and
+// the current_limit of each of its limits.
 type table struct {
 	cfg     *descriptors.Config
-	domains map[string]bool
+	domains map[string]*domainOf
+	// current is the current_limit of each limit of cfg that is not a
+	// quotad policy's, made at its first use: a *descriptors.RateLimit
+	// to its *rlsv3.RateLimitResponse_RateLimit, shared by every
+	// response, which only reads it.
+	current sync.Map
+}
+
+// domainOf is what the counters of a domain share: the policy label
+// ("rls:<domain>") and the hash tag ("{<domain>}").
+type domainOf struct {
+	name, tag string
+}
+
+func newDomain(d string) *domainOf {
+	return &domainOf{name: "rls:" + d, tag: "{" + d + "}"}
+}
+
+// domain is d's, known or not.
+func (t *table) domain(d string) (dom *domainOf, known bool) {
+	if dom, ok := t.domains[d]; ok {
+		return dom, true
+	}
+	return newDomain(d), false
+}
+
+// currentLimit is l's current_limit when l is the file's: made once per
+// table.
+func (t *table) currentLimit(l *descriptors.RateLimit) *rlsv3.RateLimitResponse_RateLimit {
+	if cl, ok := t.current.Load(l); ok {
+		return cl.(*rlsv3.RateLimitResponse_RateLimit)
+	}
+	cl, _ := t.current.LoadOrStore(l, currentLimit(l, nil))
+	return cl.(*rlsv3.RateLimitResponse_RateLimit)
 }
 
 // NewService returns the service over opts.Dispatcher.
@@ -80,9 +116,9 @@ func NewService(opts ServiceOptions) *Service {
 // SetConfig swaps the descriptors in use; calls already mapped keep the
 // ones they started with.
 func (s *Service) SetConfig(c *descriptors.Config) {
-	t := &table{cfg: c, domains: map[string]bool{}}
+	t := &table{cfg: c, domains: map[string]*domainOf{}}
 	for _, d := range c.Domains() {
-		t.domains[d] = true
+		t.domains[d] = newDomain(d)
 	}
 	s.tab.Store(t)
 }
@@ -203,7 +239,8 @@ func newRequestID() string {
 
 // decide answers req.
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tr protocol.Trace) (*rlsv3.RateLimitResponse, error) {
-	p, err := planOf(s.tab.Load(), req, s.quotaOf)
+	tab := s.tab.Load()
+	p, err := planOf(tab, req, s.quotaOf)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -247,7 +284,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tr pr
 		}
 		peeks[i] = o
 	}
-	return s.respond(req, p, takes, peeks, headers), nil
+	return s.respond(tab, req, p, takes, peeks, headers), nil
 }
 
 // take runs the one take of p's checks (those not over their limit) and
@@ -320,7 +357,7 @@ func (s *Service) take(ctx context.Context, p *plan, outs []*dispatch.Outcome, t
 
 // respond writes the response: one status per request descriptor, in
 // order, and the overall code over them as envoyproxy/ratelimit writes it.
-func (s *Service) respond(req *rlsv3.RateLimitRequest, p *plan, takes, peeks []*dispatch.Outcome, headers *protocol.HeaderFields) *rlsv3.RateLimitResponse {
+func (s *Service) respond(tab *table, req *rlsv3.RateLimitRequest, p *plan, takes, peeks []*dispatch.Outcome, headers *protocol.HeaderFields) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.items))}
 	now := time.Now()
 	over, quotaTotal, quotaOver := false, 0, 0
@@ -344,7 +381,11 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, p *plan, takes, peeks []*
 		case it.check >= 0:
 			c, o = &p.checks[it.check], takes[it.check]
 		}
-		st.CurrentLimit = currentLimit(it.limit, o)
+		if it.limit.Policy != "" || it.override {
+			st.CurrentLimit = currentLimit(it.limit, o)
+		} else {
+			st.CurrentLimit = tab.currentLimit(it.limit)
+		}
 		quota := it.limit.QuotaMode
 		if quota {
 			quotaTotal++

@@ -316,14 +316,15 @@ func (s *Service) take(ctx context.Context, p *plan, outs []*dispatch.Outcome, t
 		}
 	}
 	for len(active) > 0 {
-		r := s.start(s.request(p.checks, active, tr))
-		o, err := r.wait(ctx)
+		var o *dispatch.Outcome
+		var err error
+		if plain, pol, ok := s.split(p.checks, active); ok {
+			o, err = s.policyLast(ctx, p.checks, plain, pol, outs, tr)
+		} else {
+			o, err = s.takeOnce(ctx, p.checks, active, outs, tr)
+		}
 		if err != nil {
 			return nil, err
-		}
-		for j, i := range active {
-			oc := outcomeOf(o, j)
-			outs[i] = &oc
 		}
 		if o.Allowed {
 			return o.HeaderFields(), nil
@@ -353,6 +354,134 @@ func (s *Service) take(ctx context.Context, p *plan, outs []*dispatch.Outcome, t
 		active = next
 	}
 	return nil, nil
+}
+
+// takeOnce takes checks idx as one decision, writing each one's outcome
+// into outs.
+func (s *Service) takeOnce(ctx context.Context, checks []check, idx []int, outs []*dispatch.Outcome, tr protocol.Trace) (*dispatch.Outcome, error) {
+	o, err := s.start(s.request(checks, idx, tr)).wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range idx {
+		oc := outcomeOf(o, j)
+		outs[i] = &oc
+	}
+	return o, nil
+}
+
+// split finds a take the service makes in two steps itself: on a Redis
+// Cluster, the file's counters (all in their domain's slot) and one
+// quotad policy's counter, in a slot of its own. ok false: the take is
+// one decision (in steps under a request id when it has counters of
+// several quotad policies).
+func (s *Service) split(checks []check, active []int) (plain []int, pol int, ok bool) {
+	pol = -1
+	for _, i := range active {
+		switch {
+		case checks[i].given != nil:
+			plain = append(plain, i)
+		case pol >= 0:
+			return nil, -1, false
+		default:
+			pol = i
+		}
+	}
+	return plain, pol, s.d.Sharded() && pol >= 0 && len(plain) > 0
+}
+
+// policyLast takes the file's counters plain first, as one script in
+// their domain's slot, then, when they pass, the quotad policy's counter
+// pol. When the policy denies, each of the first step's counters gets its
+// cost back, in the window it was counted in: so a denied call consumes
+// nothing, and no request id (no record per call in the windows) is
+// needed. Between the steps the first holds its cost, which may deny
+// others meanwhile, never admit them. The outcome is the two steps' as
+// one take's.
+func (s *Service) policyLast(ctx context.Context, checks []check, plain []int, pol int, outs []*dispatch.Outcome, tr protocol.Trace) (*dispatch.Outcome, error) {
+	// The steps are waited for even when the caller goes away, so that
+	// the call takes from both counters or from neither.
+	ctx = context.WithoutCancel(ctx)
+	o1, err := s.takeOnce(ctx, checks, plain, outs, tr)
+	if err != nil {
+		return nil, err
+	}
+	taken := time.Now()
+	if o1.Allowed {
+		if _, err := s.takeOnce(ctx, checks, []int{pol}, outs, tr); err != nil {
+			s.giveBack(checks, plain, outs, taken, tr)
+			return nil, err
+		}
+		if !outs[pol].Allowed {
+			s.giveBack(checks, plain, outs, taken, tr)
+		}
+	} else {
+		// Not asked, as a later step of a take in steps is not.
+		c := &checks[pol]
+		oc := dispatch.Outcome{Op: protocol.OpTake, Policy: c.req.Policy, Headers: s.headers, Allowed: true, Skipped: true}
+		if p, ok := s.d.Config().Policies[c.req.Policy]; ok {
+			oc.Limit, oc.Shape, oc.Remaining = p.Shape().Quota(), p.Shape(), p.Shape().Quota()
+		}
+		outs[pol] = &oc
+	}
+	o := &dispatch.Outcome{Op: protocol.OpTake, Headers: s.headers, Allowed: true, Checks: make([]dispatch.Outcome, 0, len(plain)+1)}
+	for _, i := range append(plain[:len(plain):len(plain)], pol) {
+		oc := outs[i]
+		o.Checks = append(o.Checks, *oc)
+		o.Allowed = o.Allowed && oc.Allowed
+		o.Degraded = o.Degraded || oc.Degraded
+		if !oc.Allowed {
+			o.RetryAfterMS = max(o.RetryAfterMS, oc.RetryAfterMS)
+		}
+	}
+	return o, nil
+}
+
+// giveBack gives the cost of checks idx, taken at about taken, back to
+// the windows they were counted in (each its own decision, at once), and
+// waits for them. A window is known from its take's reset_ms and the
+// sidecar's clock, to the nearest window end; when the two disagree by
+// more than a quarter of a window, or Redis's clock has left the window,
+// nothing is given back, and the cost is held until the window ends: a
+// give back never reaches a window the take did not count in.
+func (s *Service) giveBack(checks []check, idx []int, outs []*dispatch.Outcome, taken time.Time, tr protocol.Trace) {
+	var runs []*run
+	for _, i := range idx {
+		c, o := checks[i], outs[i]
+		if !o.Allowed || o.Skipped || o.Replay {
+			continue
+		}
+		start, ok := windowStart(c.limit, taken, o.ResetMS)
+		if !ok {
+			s.log.Warn("could not give back a counter of a denied call: it holds its cost until its window ends",
+				zap.String("counter", c.given.Counter), zap.String("why", "the sidecar's clock is more than a quarter of a window from redis's"))
+			continue
+		}
+		g := *c.given
+		g.GiveBack, g.Period = true, start
+		c.given, c.req.Op = &g, protocol.OpPeek
+		runs = append(runs, s.start(s.request([]check{c}, []int{0}, tr)))
+	}
+	for _, r := range runs {
+		<-r.done
+		if o := &r.dec.Out; o.Failed() {
+			s.log.Warn("could not give back a counter of a denied call: it holds its cost until its window ends",
+				zap.String("code", string(o.Code)), zap.String("message", o.Message))
+		}
+	}
+}
+
+// windowStart is the start (Unix ms) of the epoch window of l that ends
+// resetMS after at, to the nearest window end; ok false when at+resetMS
+// is more than a quarter of a window from any.
+func windowStart(l *descriptors.RateLimit, at time.Time, resetMS int64) (int64, bool) {
+	size := l.Unit.Seconds() * max(int64(l.UnitMultiplier), 1) * 1000
+	end := at.UnixMilli() + resetMS
+	nearest := (end + size/2) / size * size
+	if d := end - nearest; d > size/4 || d < -size/4 {
+		return 0, false
+	}
+	return nearest - size, true
 }
 
 // respond writes the response: one status per request descriptor, in

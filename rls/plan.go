@@ -29,6 +29,26 @@ type plan struct {
 	// request is OVER_LIMIT and its takes are only peeked, so that it
 	// consumes nothing.
 	denied bool
+	// The room of the items, checks and given limits of a call of a
+	// few descriptors, allocated with the plan.
+	itemRoom  [smallPlan]item
+	checkRoom [smallPlan]check
+	givenRoom [smallPlan]dispatch.Given
+	givens    int
+}
+
+// smallPlan is the number of descriptors a plan has room for without
+// allocating more: Envoy's routes send a few.
+const smallPlan = 4
+
+// given is a given limit of p's.
+func (p *plan) given(g dispatch.Given) *dispatch.Given {
+	if p.givens < len(p.givenRoom) {
+		p.givenRoom[p.givens] = g
+		p.givens++
+		return &p.givenRoom[p.givens-1]
+	}
+	return &g
 }
 
 // item is one request descriptor's part of a plan.
@@ -72,7 +92,12 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 	if len(ds) > limits.MaxRLSDescriptors {
 		return nil, invalidf("%d descriptors: at most %d", len(ds), limits.MaxRLSDescriptors)
 	}
-	p := &plan{domain: req.GetDomain(), items: make([]item, len(ds)), checks: make([]check, 0, len(ds))}
+	p := &plan{domain: req.GetDomain()}
+	if len(ds) <= smallPlan {
+		p.items, p.checks = p.itemRoom[:len(ds)], p.checkRoom[:0]
+	} else {
+		p.items, p.checks = make([]item, len(ds)), make([]check, 0, len(ds))
+	}
 	dom, known := cfg.domain(p.domain)
 	var entries [limits.MaxRLSEntries]descriptors.Entry
 	replaced := map[string]bool(nil)
@@ -103,7 +128,7 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 				return nil, invalidf("descriptor %d: %s", i+1, err.Error())
 			}
 			it.limit, it.override = rl, true
-			p.checks = append(p.checks, check{given: &dispatch.Given{Counter: counterKey(p.domain, entries[:len(es)])}})
+			p.checks = append(p.checks, check{given: p.given(dispatch.Given{Counter: counterKey(p.domain, entries[:len(es)])})})
 			it.check = len(p.checks) - 1
 		} else if m, ok := cfg.cfg.Match(p.domain, entries[:len(es)]); ok {
 			it.limit = m.Limit
@@ -118,7 +143,7 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 				p.checks = append(p.checks, check{req: protocol.Request{Policy: m.Limit.Policy, Subject: subject}})
 				it.check = len(p.checks) - 1
 			} else {
-				p.checks = append(p.checks, check{given: &dispatch.Given{Counter: m.Key, Shadow: m.Limit.ShadowMode}})
+				p.checks = append(p.checks, check{given: p.given(dispatch.Given{Counter: m.Key, Shadow: m.Limit.ShadowMode})})
 				it.check = len(p.checks) - 1
 			}
 			for _, r := range m.Limit.Replaces {

@@ -193,12 +193,13 @@ func failure(o *dispatch.Outcome) error {
 	return status.Error(codes.Internal, msg)
 }
 
-// outcomeOf is check j of a decision of n checks.
-func outcomeOf(o *dispatch.Outcome, j int) dispatch.Outcome {
+// outcomeOf is check j of a decision of n checks, which no one writes
+// once decided.
+func outcomeOf(o *dispatch.Outcome, j int) *dispatch.Outcome {
 	if o.Checks == nil {
-		return *o
+		return o
 	}
-	return o.Checks[j]
+	return &o.Checks[j]
 }
 
 // request builds the decision of checks idx, with trace context tr.
@@ -364,8 +365,7 @@ func (s *Service) takeOnce(ctx context.Context, checks []check, idx []int, outs 
 		return nil, err
 	}
 	for j, i := range idx {
-		oc := outcomeOf(o, j)
-		outs[i] = &oc
+		outs[i] = outcomeOf(o, j)
 	}
 	return o, nil
 }
@@ -376,6 +376,9 @@ func (s *Service) takeOnce(ctx context.Context, checks []check, idx []int, outs 
 // one decision (in steps under a request id when it has counters of
 // several quotad policies).
 func (s *Service) split(checks []check, active []int) (plain []int, pol int, ok bool) {
+	if !s.d.Sharded() {
+		return nil, -1, false
+	}
 	pol = -1
 	for _, i := range active {
 		switch {
@@ -387,7 +390,7 @@ func (s *Service) split(checks []check, active []int) (plain []int, pol int, ok 
 			pol = i
 		}
 	}
-	return plain, pol, s.d.Sharded() && pol >= 0 && len(plain) > 0
+	return plain, pol, pol >= 0 && len(plain) > 0
 }
 
 // policyLast takes the file's counters plain first, as one script in

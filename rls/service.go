@@ -405,18 +405,19 @@ func (s *Service) policyLast(ctx context.Context, checks []check, plain []int, p
 	// The steps are waited for even when the caller goes away, so that
 	// the call takes from both counters or from neither.
 	ctx = context.WithoutCancel(ctx)
+	sent := time.Now()
 	o1, err := s.takeOnce(ctx, checks, plain, outs, tr)
 	if err != nil {
 		return nil, err
 	}
-	taken := time.Now()
+	took := time.Since(sent)
 	if o1.Allowed {
 		if _, err := s.takeOnce(ctx, checks, []int{pol}, outs, tr); err != nil {
-			s.giveBack(checks, plain, outs, taken, tr)
+			s.giveBack(checks, plain, outs, sent, took, tr)
 			return nil, err
 		}
 		if !outs[pol].Allowed {
-			s.giveBack(checks, plain, outs, taken, tr)
+			s.giveBack(checks, plain, outs, sent, took, tr)
 		}
 	} else {
 		// Not asked, as a later step of a take in steps is not.
@@ -440,24 +441,25 @@ func (s *Service) policyLast(ctx context.Context, checks []check, plain []int, p
 	return o, nil
 }
 
-// giveBack gives the cost of checks idx, taken at about taken, back to
-// the windows they were counted in (each its own decision, at once), and
-// waits for them. A window is known from its take's reset_ms and the
-// sidecar's clock, to the nearest window end; when the two disagree by
-// more than a quarter of a window, or Redis's clock has left the window,
-// nothing is given back, and the cost is held until the window ends: a
-// give back never reaches a window the take did not count in.
-func (s *Service) giveBack(checks []check, idx []int, outs []*dispatch.Outcome, taken time.Time, tr protocol.Trace) {
+// giveBack gives the cost of checks idx, taken by a call sent at sent
+// that took took, back to the windows they were counted in (each its own
+// decision, at once), and waits for them. A window is known from its
+// take's reset_ms and the sidecar's clock, to the nearest window end
+// (windowStart); when that is not sure, or Redis's clock has left the
+// window, nothing is given back, and the cost is held until the window
+// ends: a give back never reaches a window the take did not count in.
+func (s *Service) giveBack(checks []check, idx []int, outs []*dispatch.Outcome, sent time.Time, took time.Duration, tr protocol.Trace) {
 	var runs []*run
 	for _, i := range idx {
 		c, o := checks[i], outs[i]
 		if !o.Allowed || o.Skipped || o.Replay {
 			continue
 		}
-		start, ok := windowStart(c.limit, taken, o.ResetMS)
+		start, ok := windowStart(c.limit, sent, took, o.ResetMS)
 		if !ok {
 			s.log.Warn("could not give back a counter of a denied call: it holds its cost until its window ends",
-				zap.String("counter", c.given.Counter), zap.String("why", "the sidecar's clock is more than a quarter of a window from redis's"))
+				zap.String("counter", c.given.Counter), zap.Duration("took", took),
+				zap.String("why", "its window is not sure: the take took, or the sidecar's clock is off redis's by, more than an eighth of a window"))
 			continue
 		}
 		g := *c.given
@@ -474,14 +476,22 @@ func (s *Service) giveBack(checks []check, idx []int, outs []*dispatch.Outcome, 
 	}
 }
 
-// windowStart is the start (Unix ms) of the epoch window of l that ends
-// resetMS after at, to the nearest window end; ok false when at+resetMS
-// is more than a quarter of a window from any.
-func windowStart(l *descriptors.RateLimit, at time.Time, resetMS int64) (int64, bool) {
+// windowStart is the start (Unix ms) of the epoch window of l that a take
+// sent at sent, answered after took, counted in, its end resetMS after
+// the script ran: sent+resetMS to the nearest window end. The script ran
+// within took of sent, so that end is late by at most took plus the
+// clocks' difference. ok false, so that no window is guessed, when took
+// is more than an eighth of a window or sent+resetMS more than an eighth
+// from a window end: a wrong window needs clocks three quarters of a
+// window apart.
+func windowStart(l *descriptors.RateLimit, sent time.Time, took time.Duration, resetMS int64) (int64, bool) {
 	size := l.Unit.Seconds() * max(int64(l.UnitMultiplier), 1) * 1000
-	end := at.UnixMilli() + resetMS
+	if took.Milliseconds() > size/8 {
+		return 0, false
+	}
+	end := sent.UnixMilli() + resetMS
 	nearest := (end + size/2) / size * size
-	if d := end - nearest; d > size/4 || d < -size/4 {
+	if d := end - nearest; d > size/8 || d < -size/8 {
 		return 0, false
 	}
 	return nearest - size, true

@@ -57,14 +57,31 @@ func (calendar) DeniedFor(o *Outcome, _ int64) (time.Duration, int64) {
 // givingBack is the calendar window's give back (Given.GiveBack): its
 // use falls by the cost, never below zero, and the reply is a peek's of
 // the window after (luascript/calendar_give.lua).
-type givingBack struct{ calendar }
+type givingBack struct {
+	calendar
+	period int64 // Given.Period
+}
 
-func (givingBack) Call(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
+func (g givingBack) Call(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
 	c := l.Shape.(limits.CalendarWindow)
+	p := luascript.CalendarAround(c, c.Offset(req.Subject), calendarClock())
+	if g.period > 0 {
+		p = pinned(c, g.period)
+	}
 	return luascript.CalendarGiveCall(luascript.Args{
-		Key: key, Spec: c.Spec(), Limit: c.Limit, Periods: luascript.CalendarAround(c, c.Offset(req.Subject), calendarClock()),
-		Cost: req.Cost, Strict: l.strict(),
+		Key: key, Spec: c.Spec(), Limit: c.Limit, Periods: p, Cost: req.Cost, Strict: l.strict(),
 	})
+}
+
+// pinned are periods whose middle one is c's window starting at startMS,
+// between two of a millisecond whose keys no window has (no period
+// starts a millisecond before or after another's end): the script counts
+// in that window while Redis's clock is in it, in no window just outside
+// it, and refuses with CLOCK_SKEW further out.
+func pinned(c limits.CalendarWindow, startMS int64) luascript.CalendarPeriods {
+	start, end := c.Bounds(time.UnixMilli(startMS))
+	s, e := start.UnixMilli(), end.UnixMilli()
+	return luascript.CalendarPeriods{Starts: [3]int64{s - 1, s, e + 1}, Edges: [4]int64{s - 1, s, e, e + 1}}
 }
 
 // DeniedFor: a give back denies nothing.

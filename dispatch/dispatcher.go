@@ -224,6 +224,11 @@ type Given struct {
 	// taking it (Envoy's negative hits): its request is a peek, answered
 	// as one with the window after. Not idempotent.
 	GiveBack bool
+	// Period, with GiveBack, pins the give back to the window starting
+	// then (Unix ms; 0 for the window holding Redis's clock): it gives
+	// back only while Redis's clock is in that window, and otherwise
+	// touches nothing (a peek's answer of no window).
+	Period int64
 }
 
 // check is one limit a decision is decided against.
@@ -337,7 +342,7 @@ func (d *Dispatcher) prepareCheck(dec *Decision, i int) error {
 		}
 		var alg Algorithm = calendar{}
 		if g.GiveBack {
-			alg = givingBack{}
+			alg = givingBack{period: g.Period}
 		}
 		*l = Limit{Algorithm: forOp(c.req.Op, alg), Shape: g.Shape, Policy: g.Name, Shadow: g.Shadow, MaxRequestIDs: limits.DefaultMaxRequestIDs}
 	} else if err := d.resolve(c.req, dec.cfg, l); err != nil {

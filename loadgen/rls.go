@@ -58,6 +58,14 @@ func (c *RLSConfig) defaults() error {
 	return nil
 }
 
+// rlsWindow is the HTTP/2 flow control window of each call and each
+// connection of the client.
+const rlsWindow = 2 << 20
+
+// rlsValues bounds the subjects whose values a caller makes once per key
+// instead of per call.
+const rlsValues = 1 << 12
+
 // rlsCallGrace is how long the calls in flight at the end of a run may
 // take to finish.
 const rlsCallGrace = 30 * time.Second
@@ -88,7 +96,10 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	for range cfg.Streams {
 		// Each ClientConn is one HTTP/2 connection, as each of Envoy's
 		// workers holds to the rate limit cluster.
-		cc, err := grpc.NewClient("unix://"+cfg.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// Envoy's HTTP/2 windows are static (256 MiB by default), so no
+		// window estimation pings ride on its connections either.
+		cc, err := grpc.NewClient("unix://"+cfg.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithInitialWindowSize(rlsWindow), grpc.WithInitialConnWindowSize(rlsWindow))
 		if err != nil {
 			return Result{}, fmt.Errorf("loadgen: connect to %s: %w", cfg.Socket, err)
 		}
@@ -144,17 +155,34 @@ func (c *rlsCaller) run(runCtx, ctx context.Context, cfg *RLSConfig, client rlsv
 	rng := rand.New(rand.NewPCG(id, uint64(time.Now().UnixNano())))
 	req := &rlsv3.RateLimitRequest{Domain: cfg.Domain, HitsAddend: 1}
 	prefixes := make([][]byte, len(cfg.Keys))
+	// values are each key's values made once, when the subjects are few;
+	// the load generator shares the cores with the sidecar it measures.
+	var values [][]string
+	if cfg.Subjects <= rlsValues {
+		values = make([][]string, len(cfg.Keys))
+	}
 	for i, k := range cfg.Keys {
 		req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
 			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: k}},
 		})
 		prefixes[i] = strconv.AppendInt([]byte(cfg.SubjectPrefix), int64(i), 10)
 		prefixes[i] = append(prefixes[i], '-')
+		if values != nil {
+			values[i] = make([]string, cfg.Subjects)
+			for n := range values[i] {
+				values[i][n] = string(strconv.AppendInt(prefixes[i], int64(n), 10))
+			}
+		}
 	}
 	var buf []byte
 	for runCtx.Err() == nil {
 		for i, d := range req.Descriptors {
-			buf = strconv.AppendUint(append(buf[:0], prefixes[i]...), rng.Uint64N(uint64(cfg.Subjects)), 10)
+			n := rng.Uint64N(uint64(cfg.Subjects))
+			if values != nil {
+				d.Entries[0].Value = values[i][n]
+				continue
+			}
+			buf = strconv.AppendUint(append(buf[:0], prefixes[i]...), n, 10)
 			d.Entries[0].Value = string(buf)
 		}
 		t0 := time.Now()

@@ -3,6 +3,7 @@ package luascript
 import (
 	_ "embed"
 	"strconv"
+	"strings"
 	"time"
 
 	"quotad/limits"
@@ -51,7 +52,13 @@ func CalendarAround(c limits.CalendarWindow, offset time.Duration, now time.Time
 // "<key>:<start ms>". It shares key's hash tag, so a subject's periods
 // live on one Cluster slot.
 func CalendarPeriodKey(key string, startMS int64) string {
-	return key + ":" + strconv.FormatInt(startMS, 10)
+	var b strings.Builder
+	b.Grow(len(key) + 21)
+	b.WriteString(key)
+	b.WriteByte(':')
+	var n [20]byte
+	b.Write(strconv.AppendInt(n[:0], startMS, 10))
+	return b.String()
 }
 
 // checkCalendar checks a calendar window's limits and periods, as the

@@ -180,9 +180,14 @@ func (c contract) argv() []arg {
 
 // index is the place (from 1) in ARGV of the argument named name, or 0.
 func (c contract) index(name string) int {
-	for i, a := range c.argv() {
+	i := 0
+	for _, a := range c.args {
+		if a.kind == argRule {
+			continue
+		}
+		i++
 		if a.name == name {
-			return i + 1
+			return i
 		}
 	}
 	return 0

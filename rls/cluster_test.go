@@ -9,7 +9,11 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"quotad/dispatch"
 	"quotad/integration/redistest"
+	"quotad/keyslot"
+	"quotad/limits"
+	"quotad/protocol"
 )
 
 // On a Redis Cluster a call's counters are on several nodes: the take
@@ -89,5 +93,101 @@ func waitGone(t testing.TB, fn string) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// On a Cluster, a call of the file's counters and one quotad policy is
+// taken in two steps without a request id: its windows keep no record
+// per call, so no rate of calls fills them, and a call the policy denies
+// gives the file's counters back, one the file denies takes nothing of
+// the policy.
+func TestClusterPolicyWithoutRecords(t *testing.T) {
+	t.Cleanup(func() { waitGone(t, closeRemovedConns) })
+	c := redistest.StartCluster(t, 3)
+	e := setupOn(t, c.URL(), edge+`  - key: wide
+    rate_limit: {unit: day, requests_per_unit: 100}
+`, apiPolicy)
+	// api allows 4 a day: the fifth call on is denied by the policy.
+	for i := range 8 {
+		resp := e.call(request("edge", []string{"wide", "w"}, []string{"app", "shop"}))
+		want := []rlsv3.RateLimitResponse_Code{ok, ok}
+		if i >= 4 {
+			want[1] = over
+		}
+		if !slices.Equal(statusCodes(resp), want) || (resp.GetOverallCode() == ok) != (i < 4) {
+			t.Fatalf("call %d = %v, want %v", i+1, resp, want)
+		}
+	}
+	if resp := e.call(hits(request("edge", []string{"wide", "w"}), 0, 0)); remaining(resp)[0] != 96 {
+		t.Fatalf("wide after 4 calls passed and 4 denied = %v, want 96 remaining", resp)
+	}
+	// The file denies: the policy is not asked and keeps its budget.
+	for i := range 2 {
+		resp := e.call(request("edge", []string{"tenant", "t"}, []string{"app", "other"}))
+		if (resp.GetOverallCode() == ok) != (i == 0) || !slices.Equal(statusCodes(resp)[1:], []rlsv3.RateLimitResponse_Code{ok}) {
+			t.Fatalf("tenant call %d = %v", i+1, resp)
+		}
+	}
+	if resp := e.call(hits(request("edge", []string{"app", "other"}), 0, 0)); remaining(resp)[0] != 3 {
+		t.Fatalf("api for other after one call passed = %v, want 3 remaining", resp)
+	}
+	// No window of the domain holds a request id record.
+	srv := c.Owner(t, int(keyslot.Of("{edge}")))
+	ks, err := srv.Do(t, "KEYS", "*{edge}*").AsStrSlice()
+	if err != nil || len(ks) < 2 {
+		t.Fatalf("keys of the domain: %v, %v", ks, err)
+	}
+	for _, k := range ks {
+		fields, err := srv.Do(t, "HGETALL", k).AsStrMap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for f, v := range fields {
+			if strings.HasPrefix(f, "r:") || f == "ids" && v != "0" {
+				t.Errorf("%s holds %s = %s", k, f, v)
+			}
+		}
+	}
+}
+
+// A give back pinned to a window (dispatch.Given.Period) gives back to
+// that window while Redis's clock is in it, and to no other window.
+func TestPinnedGiveBack(t *testing.T) {
+	e := setup(t, edge+`  - key: wide
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`, apiPolicy)
+	for range 3 {
+		e.call(request("edge", []string{"wide", "w"}))
+	}
+	giveBack := func(period int64) dispatch.Outcome {
+		t.Helper()
+		req := &protocol.Request{Op: protocol.OpPeek, Subject: "4:edge4:wide1:w", Cost: 1}
+		g := &dispatch.Given{Shape: limits.EpochWindow(100, 60), Name: "rls:edge", Counter: "{edge}4:edge4:wide1:w", GiveBack: true, Period: period}
+		done := make(chan struct{})
+		var dec dispatch.Decision
+		dec.Done = func() { close(done) }
+		if _, decided := e.d.PrepareGiven(req, []*dispatch.Given{g}, &dec); !decided {
+			e.d.Run(&dec)
+		}
+		<-done
+		return dec.Out
+	}
+	now := time.Now().UnixMilli()
+	if ms := now % 60_000; ms < 1_000 || ms > 59_000 {
+		time.Sleep(2 * time.Second) // not across a minute's end
+		now = time.Now().UnixMilli()
+	}
+	start := now - now%60_000
+	// Redis's clock is in none of them: refused.
+	for _, other := range []int64{start - 60_000, start + 60_000, start - 120_000} {
+		if o := giveBack(other); !o.Failed() {
+			t.Errorf("give back to the window at %d, not now's: %+v, want refused", other, o)
+		}
+	}
+	if resp := e.call(hits(request("edge", []string{"wide", "w"}), 0, 0)); remaining(resp)[0] != 97 {
+		t.Fatalf("after give backs to other windows: %v, want 97 remaining", resp)
+	}
+	if o := giveBack(start); o.Failed() || o.Remaining != 98 {
+		t.Fatalf("give back to the window = %+v, want 98 remaining", o)
 	}
 }

@@ -83,7 +83,7 @@ func FuzzRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	tab := &table{cfg: cfg, domains: map[string]bool{"edge": true}}
+	tab := &table{cfg: cfg, domains: map[string]*domainOf{"edge": newDomain("edge")}}
 	quotaOf := func(p string) (int64, bool, bool) { return 5, false, p == "api" }
 	seed, _ := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 2, Descriptors: []*ratelimitv3.RateLimitDescriptor{
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "path", Value: "/api/x"}, {Key: "method", Value: "GET"}}},

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"slices"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -16,6 +17,9 @@ import (
 // descriptors that passed, merged. nil when no descriptor that passed has
 // metadata, so that a file without metadata costs nothing.
 func metadataOf(req *rlsv3.RateLimitRequest, passed []*descriptors.RateLimit) *structpb.Struct {
+	if !slices.ContainsFunc(passed, func(l *descriptors.RateLimit) bool { return l.Metadata != nil }) {
+		return nil
+	}
 	merged := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	for _, l := range passed {
 		if l.Metadata == nil {

@@ -12,7 +12,9 @@ import (
 // dispatch too (quotad_requests_total, quotad_decisions_total with the
 // policy label "rls:<domain>" for a file's limit).
 type metrics struct {
-	calls    *prometheus.CounterVec
+	calls *prometheus.CounterVec
+	// ok and over are calls' counters of those results, found once.
+	ok, over prometheus.Counter
 	duration prometheus.Histogram
 	reloads  *prometheus.CounterVec
 }
@@ -33,9 +35,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Descriptors file reloads, by result: ok or failed (the descriptors in use were kept).",
 		}, []string{"result"}),
 	}
-	for _, r := range []string{"ok", "over_limit"} {
-		m.calls.WithLabelValues(r)
-	}
+	m.ok, m.over = m.calls.WithLabelValues("ok"), m.calls.WithLabelValues("over_limit")
 	for _, r := range []string{"ok", "failed"} {
 		m.reloads.WithLabelValues(r)
 	}
@@ -48,7 +48,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 // observe counts a call that started at start.
 func (m *metrics) observe(start time.Time, resp *rlsv3.RateLimitResponse, err error) {
 	m.duration.Observe(time.Since(start).Seconds())
-	m.calls.WithLabelValues(resultOf(resp, err)).Inc()
+	switch r := resultOf(resp, err); r {
+	case "ok":
+		m.ok.Inc()
+	case "over_limit":
+		m.over.Inc()
+	default:
+		m.calls.WithLabelValues(r).Inc()
+	}
 }
 
 // resultOf is a call's result label.

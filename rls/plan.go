@@ -29,6 +29,26 @@ type plan struct {
 	// request is OVER_LIMIT and its takes are only peeked, so that it
 	// consumes nothing.
 	denied bool
+	// The room of the items, checks and given limits of a call of a
+	// few descriptors, allocated with the plan.
+	itemRoom  [smallPlan]item
+	checkRoom [smallPlan]check
+	givenRoom [smallPlan]dispatch.Given
+	givens    int
+}
+
+// smallPlan is the number of descriptors a plan has room for without
+// allocating more: Envoy's routes send a few.
+const smallPlan = 4
+
+// given is a given limit of p's.
+func (p *plan) given(g dispatch.Given) *dispatch.Given {
+	if p.givens < len(p.givenRoom) {
+		p.givenRoom[p.givens] = g
+		p.givens++
+		return &p.givenRoom[p.givens-1]
+	}
+	return &g
 }
 
 // item is one request descriptor's part of a plan.
@@ -41,6 +61,8 @@ type item struct {
 	peek  bool
 	// empty: its limit is 0 and it costs nothing: OK, nothing remains.
 	empty bool
+	// override: its limit is the request's own.
+	override bool
 }
 
 // check is one counter a plan takes from or peeks at.
@@ -70,8 +92,13 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 	if len(ds) > limits.MaxRLSDescriptors {
 		return nil, invalidf("%d descriptors: at most %d", len(ds), limits.MaxRLSDescriptors)
 	}
-	p := &plan{domain: req.GetDomain(), items: make([]item, len(ds))}
-	known := cfg.domains[p.domain]
+	p := &plan{domain: req.GetDomain()}
+	if len(ds) <= smallPlan {
+		p.items, p.checks = p.itemRoom[:len(ds)], p.checkRoom[:0]
+	} else {
+		p.items, p.checks = make([]item, len(ds)), make([]check, 0, len(ds))
+	}
+	dom, known := cfg.domain(p.domain)
 	var entries [limits.MaxRLSEntries]descriptors.Entry
 	replaced := map[string]bool(nil)
 	for i, d := range ds {
@@ -100,8 +127,8 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 			if err != nil {
 				return nil, invalidf("descriptor %d: %s", i+1, err.Error())
 			}
-			it.limit = rl
-			p.checks = append(p.checks, check{given: &dispatch.Given{Counter: counterKey(p.domain, entries[:len(es)])}})
+			it.limit, it.override = rl, true
+			p.checks = append(p.checks, check{given: p.given(dispatch.Given{Counter: counterKey(p.domain, entries[:len(es)])})})
 			it.check = len(p.checks) - 1
 		} else if m, ok := cfg.cfg.Match(p.domain, entries[:len(es)]); ok {
 			it.limit = m.Limit
@@ -116,7 +143,7 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 				p.checks = append(p.checks, check{req: protocol.Request{Policy: m.Limit.Policy, Subject: subject}})
 				it.check = len(p.checks) - 1
 			} else {
-				p.checks = append(p.checks, check{given: &dispatch.Given{Counter: m.Key, Shadow: m.Limit.ShadowMode}})
+				p.checks = append(p.checks, check{given: p.given(dispatch.Given{Counter: m.Key, Shadow: m.Limit.ShadowMode})})
 				it.check = len(p.checks) - 1
 			}
 			for _, r := range m.Limit.Replaces {
@@ -142,12 +169,12 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 			c.given.GiveBack = true
 		}
 		if c.given != nil {
-			c.given.Name = "rls:" + p.domain
+			c.given.Name = dom.name
 			c.req.Subject = c.given.Counter
 			// The domain is the hash tag of its counters: on a Redis
 			// Cluster a call's counters of one domain are in one slot,
 			// taken by one script.
-			c.given.Counter = "{" + p.domain + "}" + c.given.Counter
+			c.given.Counter = dom.tag + c.given.Counter
 		}
 	}
 	// replaces drops the limits it names among the request's.
@@ -169,9 +196,10 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 // the most a quotad policy's take may cost and whether it is in shadow
 // mode (ok false: no such policy).
 func (p *plan) settle(quotaOf func(policy string) (quota int64, shadow, ok bool)) error {
+	// The checks are kept in place: a check's place among those kept is
+	// never after its place among all.
 	all := p.checks
-	p.checks = nil
-	where := map[string]int{}
+	p.checks = all[:0]
 	for i := range p.items {
 		it := &p.items[i]
 		if it.check < 0 {
@@ -200,14 +228,12 @@ func (p *plan) settle(quotaOf func(policy string) (quota int64, shadow, ok bool)
 			it.check, it.peek = len(p.peeks)-1, true
 			continue
 		}
-		id := counterID(&c)
-		if j, ok := where[id]; ok {
+		if j := p.counter(&c); j >= 0 {
 			p.checks[j].req.Cost += c.req.Cost
 			it.check = j
 			continue
 		}
 		p.checks = append(p.checks, c)
-		where[id] = len(p.checks) - 1
 		it.check = len(p.checks) - 1
 	}
 	if len(p.checks) > limits.MaxChecks {
@@ -229,13 +255,23 @@ func (p *plan) settle(quotaOf func(policy string) (quota int64, shadow, ok bool)
 	return nil
 }
 
-// counterID names the counter c counts against, to merge descriptors
-// that share one.
-func counterID(c *check) string {
-	if c.given != nil {
-		return "e:" + c.given.Counter
+// counter is the place of the check of p that counts against c's
+// counter, to merge descriptors that share one; -1 for none. A call has
+// few checks: a scan is cheaper than a map.
+func (p *plan) counter(c *check) int {
+	for j := range p.checks {
+		o := &p.checks[j]
+		switch {
+		case (o.given == nil) != (c.given == nil):
+		case c.given != nil:
+			if o.given.Counter == c.given.Counter {
+				return j
+			}
+		case o.req.Policy == c.req.Policy && o.req.Subject == c.req.Subject:
+			return j
+		}
 	}
-	return "p:" + c.req.Policy + ":" + c.req.Subject
+	return -1
 }
 
 // costOf is a descriptor's cost: its own hits_addend when set (0 checks

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,10 +58,45 @@ type Service struct {
 }
 
 // table is a descriptors file in use, with its domains for the limit
-// override, which applies only to a known domain.
+// override, which applies only to a known domain, and what its calls'
+// answers share, made once: the names and hash tags of its domains, and
+// the current_limit of each of its limits.
 type table struct {
 	cfg     *descriptors.Config
-	domains map[string]bool
+	domains map[string]*domainOf
+	// current is the current_limit of each limit of cfg that is not a
+	// quotad policy's, made at its first use: a *descriptors.RateLimit
+	// to its *rlsv3.RateLimitResponse_RateLimit, shared by every
+	// response, which only reads it.
+	current sync.Map
+}
+
+// domainOf is what the counters of a domain share: the policy label
+// ("rls:<domain>") and the hash tag ("{<domain>}").
+type domainOf struct {
+	name, tag string
+}
+
+func newDomain(d string) *domainOf {
+	return &domainOf{name: "rls:" + d, tag: "{" + d + "}"}
+}
+
+// domain is d's, known or not.
+func (t *table) domain(d string) (dom *domainOf, known bool) {
+	if dom, ok := t.domains[d]; ok {
+		return dom, true
+	}
+	return newDomain(d), false
+}
+
+// currentLimit is l's current_limit when l is the file's: made once per
+// table.
+func (t *table) currentLimit(l *descriptors.RateLimit) *rlsv3.RateLimitResponse_RateLimit {
+	if cl, ok := t.current.Load(l); ok {
+		return cl.(*rlsv3.RateLimitResponse_RateLimit)
+	}
+	cl, _ := t.current.LoadOrStore(l, currentLimit(l, nil))
+	return cl.(*rlsv3.RateLimitResponse_RateLimit)
 }
 
 // NewService returns the service over opts.Dispatcher.
@@ -80,9 +116,9 @@ func NewService(opts ServiceOptions) *Service {
 // SetConfig swaps the descriptors in use; calls already mapped keep the
 // ones they started with.
 func (s *Service) SetConfig(c *descriptors.Config) {
-	t := &table{cfg: c, domains: map[string]bool{}}
+	t := &table{cfg: c, domains: map[string]*domainOf{}}
 	for _, d := range c.Domains() {
-		t.domains[d] = true
+		t.domains[d] = newDomain(d)
 	}
 	s.tab.Store(t)
 }
@@ -157,12 +193,13 @@ func failure(o *dispatch.Outcome) error {
 	return status.Error(codes.Internal, msg)
 }
 
-// outcomeOf is check j of a decision of n checks.
-func outcomeOf(o *dispatch.Outcome, j int) dispatch.Outcome {
+// outcomeOf is check j of a decision of n checks, which no one writes
+// once decided.
+func outcomeOf(o *dispatch.Outcome, j int) *dispatch.Outcome {
 	if o.Checks == nil {
-		return *o
+		return o
 	}
-	return o.Checks[j]
+	return &o.Checks[j]
 }
 
 // request builds the decision of checks idx, with trace context tr.
@@ -203,7 +240,8 @@ func newRequestID() string {
 
 // decide answers req.
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tr protocol.Trace) (*rlsv3.RateLimitResponse, error) {
-	p, err := planOf(s.tab.Load(), req, s.quotaOf)
+	tab := s.tab.Load()
+	p, err := planOf(tab, req, s.quotaOf)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -247,7 +285,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tr pr
 		}
 		peeks[i] = o
 	}
-	return s.respond(req, p, takes, peeks, headers), nil
+	return s.respond(tab, req, p, takes, peeks, headers), nil
 }
 
 // take runs the one take of p's checks (those not over their limit) and
@@ -279,14 +317,15 @@ func (s *Service) take(ctx context.Context, p *plan, outs []*dispatch.Outcome, t
 		}
 	}
 	for len(active) > 0 {
-		r := s.start(s.request(p.checks, active, tr))
-		o, err := r.wait(ctx)
+		var o *dispatch.Outcome
+		var err error
+		if plain, pol, ok := s.split(p.checks, active); ok {
+			o, err = s.policyLast(ctx, p.checks, plain, pol, outs, tr)
+		} else {
+			o, err = s.takeOnce(ctx, p.checks, active, outs, tr)
+		}
 		if err != nil {
 			return nil, err
-		}
-		for j, i := range active {
-			oc := outcomeOf(o, j)
-			outs[i] = &oc
 		}
 		if o.Allowed {
 			return o.HeaderFields(), nil
@@ -318,9 +357,149 @@ func (s *Service) take(ctx context.Context, p *plan, outs []*dispatch.Outcome, t
 	return nil, nil
 }
 
+// takeOnce takes checks idx as one decision, writing each one's outcome
+// into outs.
+func (s *Service) takeOnce(ctx context.Context, checks []check, idx []int, outs []*dispatch.Outcome, tr protocol.Trace) (*dispatch.Outcome, error) {
+	o, err := s.start(s.request(checks, idx, tr)).wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range idx {
+		outs[i] = outcomeOf(o, j)
+	}
+	return o, nil
+}
+
+// split finds a take the service makes in two steps itself: on a Redis
+// Cluster, the file's counters (all in their domain's slot) and one
+// quotad policy's counter, in a slot of its own. ok false: the take is
+// one decision (in steps under a request id when it has counters of
+// several quotad policies).
+func (s *Service) split(checks []check, active []int) (plain []int, pol int, ok bool) {
+	if !s.d.Sharded() {
+		return nil, -1, false
+	}
+	pol = -1
+	for _, i := range active {
+		switch {
+		case checks[i].given != nil:
+			plain = append(plain, i)
+		case pol >= 0:
+			return nil, -1, false
+		default:
+			pol = i
+		}
+	}
+	return plain, pol, pol >= 0 && len(plain) > 0
+}
+
+// policyLast takes the file's counters plain first, as one script in
+// their domain's slot, then, when they pass, the quotad policy's counter
+// pol. When the policy denies, each of the first step's counters gets its
+// cost back, in the window it was counted in: so a denied call consumes
+// nothing, and no request id (no record per call in the windows) is
+// needed. Between the steps the first holds its cost, which may deny
+// others meanwhile, never admit them. The outcome is the two steps' as
+// one take's.
+func (s *Service) policyLast(ctx context.Context, checks []check, plain []int, pol int, outs []*dispatch.Outcome, tr protocol.Trace) (*dispatch.Outcome, error) {
+	// The steps are waited for even when the caller goes away, so that
+	// the call takes from both counters or from neither.
+	ctx = context.WithoutCancel(ctx)
+	sent := time.Now()
+	o1, err := s.takeOnce(ctx, checks, plain, outs, tr)
+	if err != nil {
+		return nil, err
+	}
+	took := time.Since(sent)
+	if o1.Allowed {
+		if _, err := s.takeOnce(ctx, checks, []int{pol}, outs, tr); err != nil {
+			s.giveBack(checks, plain, outs, sent, took, tr)
+			return nil, err
+		}
+		if !outs[pol].Allowed {
+			s.giveBack(checks, plain, outs, sent, took, tr)
+		}
+	} else {
+		// Not asked, as a later step of a take in steps is not.
+		c := &checks[pol]
+		oc := dispatch.Outcome{Op: protocol.OpTake, Policy: c.req.Policy, Headers: s.headers, Allowed: true, Skipped: true}
+		if p, ok := s.d.Config().Policies[c.req.Policy]; ok {
+			oc.Limit, oc.Shape, oc.Remaining = p.Shape().Quota(), p.Shape(), p.Shape().Quota()
+		}
+		outs[pol] = &oc
+	}
+	o := &dispatch.Outcome{Op: protocol.OpTake, Headers: s.headers, Allowed: true, Checks: make([]dispatch.Outcome, 0, len(plain)+1)}
+	for _, i := range append(plain[:len(plain):len(plain)], pol) {
+		oc := outs[i]
+		o.Checks = append(o.Checks, *oc)
+		o.Allowed = o.Allowed && oc.Allowed
+		o.Degraded = o.Degraded || oc.Degraded
+		if !oc.Allowed {
+			o.RetryAfterMS = max(o.RetryAfterMS, oc.RetryAfterMS)
+		}
+	}
+	return o, nil
+}
+
+// giveBack gives the cost of checks idx, taken by a call sent at sent
+// that took took, back to the windows they were counted in (each its own
+// decision, at once), and waits for them. A window is known from its
+// take's reset_ms and the sidecar's clock, to the nearest window end
+// (windowStart); when that is not sure, or Redis's clock has left the
+// window, nothing is given back, and the cost is held until the window
+// ends: a give back never reaches a window the take did not count in.
+func (s *Service) giveBack(checks []check, idx []int, outs []*dispatch.Outcome, sent time.Time, took time.Duration, tr protocol.Trace) {
+	var runs []*run
+	for _, i := range idx {
+		c, o := checks[i], outs[i]
+		if !o.Allowed || o.Skipped || o.Replay {
+			continue
+		}
+		start, ok := windowStart(c.limit, sent, took, o.ResetMS)
+		if !ok {
+			s.log.Warn("could not give back a counter of a denied call: it holds its cost until its window ends",
+				zap.String("counter", c.given.Counter), zap.Duration("took", took),
+				zap.String("why", "its window is not sure: the take took, or the sidecar's clock is off redis's by, more than an eighth of a window"))
+			continue
+		}
+		g := *c.given
+		g.GiveBack, g.Period = true, start
+		c.given, c.req.Op = &g, protocol.OpPeek
+		runs = append(runs, s.start(s.request([]check{c}, []int{0}, tr)))
+	}
+	for _, r := range runs {
+		<-r.done
+		if o := &r.dec.Out; o.Failed() {
+			s.log.Warn("could not give back a counter of a denied call: it holds its cost until its window ends",
+				zap.String("code", string(o.Code)), zap.String("message", o.Message))
+		}
+	}
+}
+
+// windowStart is the start (Unix ms) of the epoch window of l that a take
+// sent at sent, answered after took, counted in, its end resetMS after
+// the script ran: sent+resetMS to the nearest window end. The script ran
+// within took of sent, so that end is late by at most took plus the
+// clocks' difference. ok false, so that no window is guessed, when took
+// is more than an eighth of a window or sent+resetMS more than an eighth
+// from a window end: a wrong window needs clocks three quarters of a
+// window apart.
+func windowStart(l *descriptors.RateLimit, sent time.Time, took time.Duration, resetMS int64) (int64, bool) {
+	size := l.Unit.Seconds() * max(int64(l.UnitMultiplier), 1) * 1000
+	if took.Milliseconds() > size/8 {
+		return 0, false
+	}
+	end := sent.UnixMilli() + resetMS
+	nearest := (end + size/2) / size * size
+	if d := end - nearest; d > size/8 || d < -size/8 {
+		return 0, false
+	}
+	return nearest - size, true
+}
+
 // respond writes the response: one status per request descriptor, in
 // order, and the overall code over them as envoyproxy/ratelimit writes it.
-func (s *Service) respond(req *rlsv3.RateLimitRequest, p *plan, takes, peeks []*dispatch.Outcome, headers *protocol.HeaderFields) *rlsv3.RateLimitResponse {
+func (s *Service) respond(tab *table, req *rlsv3.RateLimitRequest, p *plan, takes, peeks []*dispatch.Outcome, headers *protocol.HeaderFields) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.items))}
 	now := time.Now()
 	over, quotaTotal, quotaOver := false, 0, 0
@@ -344,7 +523,11 @@ func (s *Service) respond(req *rlsv3.RateLimitRequest, p *plan, takes, peeks []*
 		case it.check >= 0:
 			c, o = &p.checks[it.check], takes[it.check]
 		}
-		st.CurrentLimit = currentLimit(it.limit, o)
+		if it.limit.Policy != "" || it.override {
+			st.CurrentLimit = currentLimit(it.limit, o)
+		} else {
+			st.CurrentLimit = tab.currentLimit(it.limit)
+		}
 		quota := it.limit.QuotaMode
 		if quota {
 			quotaTotal++

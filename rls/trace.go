@@ -36,8 +36,8 @@ const (
 // invalid reports that a traceparent or tracestate was ignored: malformed,
 // all-zero ids, or given twice.
 func callerTrace(ctx context.Context) (t protocol.Trace, invalid bool) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	tp, ts := md.Get("traceparent"), md.Get("tracestate")
+	// Each value read alone: FromIncomingContext copies all of them.
+	tp, ts := metadata.ValueFromIncomingContext(ctx, "traceparent"), metadata.ValueFromIncomingContext(ctx, "tracestate")
 	if len(tp) == 0 {
 		return protocol.Trace{}, len(ts) > 0
 	}

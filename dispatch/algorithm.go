@@ -53,6 +53,9 @@ type Limit struct {
 	MaxRequestIDs int64
 	// DedupeMS is how long a token bucket remembers a request id.
 	DedupeMS int64
+	// Allotment: takes may be answered from units reserved in Redis
+	// (allotment.go); nil for none.
+	Allotment *limits.Allotment
 }
 
 // strict reports whether a live key written under other limits is an

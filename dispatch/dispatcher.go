@@ -59,6 +59,7 @@ type Dispatcher struct {
 	tracer  trace.Tracer // nil when tracing is off
 	// scripts puts the scripts into Redis before the calls need them.
 	scripts *luascript.Loader
+	allot   *allotments // allotment.go
 }
 
 // New returns a dispatcher; Close stops it.
@@ -89,6 +90,7 @@ func New(opts Options) *Dispatcher {
 		d.tracer = opts.Tracer.Tracer(tracerName)
 	}
 	d.metrics = newMetrics(d, opts)
+	d.allot = newAllotments(d, opts.Registry)
 	d.scripts = luascript.NewLoader(luascript.LoaderOptions{Report: d.loaded})
 	if d.store != nil && d.store.Kind() == store.StoreRedis {
 		// The embedded store is in this process: a script it lacks costs
@@ -102,6 +104,7 @@ func New(opts Options) *Dispatcher {
 // Close stops the batcher once the decisions submitted are answered, and
 // the script loads.
 func (d *Dispatcher) Close() {
+	d.allot.close()
 	d.batch.close()
 	if d.store != nil {
 		d.store.OnConnect(nil)
@@ -279,7 +282,7 @@ func (d *Dispatcher) resolve(req *protocol.Request, cfg *policy.Config, l *Limit
 		}
 		*l = Limit{
 			Shape: p.Shape(), Policy: p.Name, Shadow: p.Mode == policy.ModeShadow,
-			OnUnavailable: p.OnUnavailable, MaxRequestIDs: p.MaxRequestIDs, DedupeMS: p.DedupeMS,
+			OnUnavailable: p.OnUnavailable, MaxRequestIDs: p.MaxRequestIDs, DedupeMS: p.DedupeMS, Allotment: p.Allotment,
 		}
 	} else {
 		if !d.opts.AllowInline {
@@ -317,6 +320,9 @@ func (d *Dispatcher) Run(dec *Decision) {
 			// Known to be denied: this answer holds while Redis is down too.
 			d.metrics.localDenials.Inc()
 			d.finish(dec)
+			return
+		}
+		if d.allotted(dec) {
 			return
 		}
 	}

@@ -252,7 +252,7 @@ func (m *metrics) observeCheck(dec *Decision, i int, elapsed time.Duration) {
 	if dec.req.RequestID != "" {
 		fields = append(fields, zap.String(keyRequestID, dec.req.RequestID))
 	}
-	if oc.Local {
+	if oc.Local || oc.Allotted {
 		fields = append(fields, zap.Bool(keyLocal, true))
 	}
 	fields = append(fields, zap.Int64(keyLatencyUS, elapsed.Microseconds()))

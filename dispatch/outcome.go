@@ -41,6 +41,9 @@ type Outcome struct {
 	// Local: the sidecar denied the take from what Redis answered before,
 	// without asking it (localdeny.go).
 	Local bool
+	// Allotted: the take was allowed from units the sidecar reserved in
+	// Redis (allotment.go); the reply says "local":true.
+	Allotted bool
 	// Healed: the script found the key without a TTL and restored one.
 	Healed bool
 
@@ -132,7 +135,7 @@ func (o *Outcome) AppendReply(dst, id []byte) []byte {
 		return protocol.AppendTake(dst, id, protocol.TakeReply{
 			Allowed: o.Allowed, Replay: o.Replay, Limit: o.Limit, Used: o.Used, Remaining: o.Remaining,
 			ResetMS: o.ResetMS, RetryAfterMS: o.RetryAfterMS, LeaseMS: o.LeaseMS,
-			Degraded: o.Degraded, Shadow: o.Shadow, ShadowAllowed: o.ShadowAllowed,
+			Degraded: o.Degraded, Shadow: o.Shadow, ShadowAllowed: o.ShadowAllowed, Local: o.Allotted,
 			Headers: o.headerFields(),
 		})
 	}

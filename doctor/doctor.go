@@ -47,6 +47,10 @@ type Report struct {
 	NoTTL     []NoTTLKey    `json:"no_ttl"`
 	WrongType []WrongType   `json:"wrong_type"`
 	Largest   []RequestIDOf `json:"largest_request_id_sets"`
+	// Reservations counts the allotment records (a:<holder>, see
+	// docs/allotments.md): units a sidecar reserved and has not given
+	// back, part of the state, never a problem.
+	Reservations int64 `json:"reservations"`
 	// Problems is len(NoTTL) + len(WrongType), fixed or not: a key that had
 	// lost its TTL is an incident worth a look even once repaired.
 	Problems int `json:"problems"`
@@ -318,12 +322,20 @@ func layoutByAlgorithm(alg string) (luascript.Layout, bool) {
 func (d *doctor) requestIDs(ctx context.Context, n rueidis.Client, key, match string, fields int64) error {
 	var ids int64
 	var cursor uint64
+	idPrefix, _, _ := strings.Cut(match, "*")
 	for {
-		e, err := n.Do(ctx, n.B().Hscan().Key(key).Cursor(cursor).Match(match).Count(1000).Build()).AsScanEntry()
+		e, err := n.Do(ctx, n.B().Hscan().Key(key).Cursor(cursor).Count(1000).Build()).AsScanEntry()
 		if err != nil {
 			return fmt.Errorf("hscan %s: %w", key, err)
 		}
-		ids += int64(len(e.Elements) / 2) // field, value pairs
+		for i := 0; i < len(e.Elements); i += 2 { // field, value pairs
+			switch f := e.Elements[i]; {
+			case strings.HasPrefix(f, idPrefix):
+				ids++
+			case strings.HasPrefix(f, luascript.ReservationPrefix):
+				d.r.Reservations++
+			}
+		}
 		if cursor = e.Cursor; cursor == 0 {
 			break
 		}
@@ -380,6 +392,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "\nkeys of the wrong type (not a hash; left alone): %d\n", len(r.WrongType))
 	for _, k := range r.WrongType {
 		fmt.Fprintf(tw, "  %s\t%s\n", k.Key, k.Type)
+	}
+	if r.Reservations > 0 {
+		fmt.Fprintf(tw, "\nallotment reservations held by sidecars: %d\n", r.Reservations)
 	}
 	if len(r.Largest) > 0 {
 		fmt.Fprintln(tw, "\nlargest request-id sets:")

@@ -182,3 +182,26 @@ func pttl(t *testing.T, r *redistest.Server, key string) int64 {
 	}
 	return v
 }
+
+// The records reservations of allotments write are state, not problems:
+// doctor counts them and reports nothing wrong.
+func TestDoctorKnowsReservations(t *testing.T) {
+	r := redistest.Start(t)
+	key := "quotad:fw:{p:api:alice}"
+	r.Do(t, "HSET", key, "used", "40", "policy", "100:60000", "ids", "1", "r:x", "1:1", "a:0123456789abcdef", "3:39")
+	r.Do(t, "PEXPIRE", key, "60000")
+	rep, err := Run(context.Background(), r.Client(t), Options{KeyPrefix: "quotad:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Problems != 0 || len(rep.WrongType) != 0 || rep.Reservations != 1 || len(rep.Largest) != 1 || rep.Largest[0].RequestIDs != 1 {
+		t.Fatalf("a window with a reservation: %+v\n%s", rep, text.String())
+	}
+	if !strings.Contains(text.String(), "allotment reservations held by sidecars: 1") {
+		t.Fatalf("text report:\n%s", text.String())
+	}
+}

@@ -50,6 +50,12 @@ var (
 	calendarPeekBody string
 	//go:embed calendar_settle.lua
 	calendarSettleBody string
+	//go:embed fixed_window_reserve.lua
+	fixedWindowReserveBody string
+	//go:embed calendar_reserve.lua
+	calendarReserveBody string
+	//go:embed window_return.lua
+	windowReturnBody string
 
 	fixedWindowTake     = newScript("fixed_window_take.lua", fixedWindowTakeBody, &fixedWindowTakeContract)
 	fixedWindowPeek     = newScript("fixed_window_peek.lua", fixedWindowPeekBody, &fixedWindowPeekContract)
@@ -66,12 +72,18 @@ var (
 	calendarTake        = newScript("calendar_take.lua", calendarTakeBody, &calendarTakeContract)
 	calendarPeek        = newScript("calendar_peek.lua", calendarPeekBody, &calendarPeekContract)
 	calendarSettle      = newScript("calendar_settle.lua", calendarSettleBody, &calendarSettleContract)
+	fixedWindowReserve  = newScript("fixed_window_reserve.lua", fixedWindowReserveBody, &fixedWindowReserveContract)
+	calendarReserve     = newScript("calendar_reserve.lua", calendarReserveBody, &calendarReserveContract)
+	windowReturn        = newScript("window_return.lua", windowReturnBody, &windowReturnContract)
 )
 
 // An algorithm's scripts, by op, and the kind of its limits.
 type algorithm struct {
 	take, peek, settle *script
 	limits             limitsKind
+	// reserve and ret are an allotment's reservation and its return
+	// (allotment.go), nil for an algorithm without allotments.
+	reserve, ret *script
 }
 
 type limitsKind int
@@ -102,11 +114,11 @@ func (a *Args) checkLimits(k limitsKind) error {
 // quotad/limits. A concurrency lease is not settled but released
 // (ReleaseCall).
 var algorithms = map[string]algorithm{
-	limits.FixedWindow:   {fixedWindowTake, fixedWindowPeek, fixedWindowSettle, windowLimits},
-	limits.SlidingWindow: {slidingWindowTake, slidingWindowPeek, slidingWindowSettle, windowLimits},
-	limits.TokenBucket:   {tokenBucketTake, tokenBucketPeek, tokenBucketSettle, bucketLimits},
-	limits.Concurrency:   {concurrencyTake, concurrencyPeek, nil, leaseLimits},
-	limits.Calendar:      {calendarTake, calendarPeek, calendarSettle, calendarLimits},
+	limits.FixedWindow:   {fixedWindowTake, fixedWindowPeek, fixedWindowSettle, windowLimits, fixedWindowReserve, windowReturn},
+	limits.SlidingWindow: {slidingWindowTake, slidingWindowPeek, slidingWindowSettle, windowLimits, nil, nil},
+	limits.TokenBucket:   {tokenBucketTake, tokenBucketPeek, tokenBucketSettle, bucketLimits, nil, nil},
+	limits.Concurrency:   {concurrencyTake, concurrencyPeek, nil, leaseLimits, nil, nil},
+	limits.Calendar:      {calendarTake, calendarPeek, calendarSettle, calendarLimits, calendarReserve, windowReturn},
 }
 
 // Args are the arguments of a call of any algorithm and op: each script
@@ -144,6 +156,14 @@ type Args struct {
 	// DedupeMS is how long a token bucket remembers a request id,
 	// 1..MaxWindowMS.
 	DedupeMS int64
+	// A reservation's (ReserveCall): Want is the most units it takes
+	// (Cost..the limit or burst), SharePPM the largest share of what is
+	// left it may take, in parts per million; Seq numbers a holder's
+	// reservations (1..2^53-1), and with RequestID, the holder, names the
+	// reservation a return (ReturnCall) gives back to.
+	Want     int64
+	SharePPM int64
+	Seq      int64
 }
 
 // TakeCall validates a take of algorithm (limits.FixedWindow, ...) and
@@ -238,6 +258,22 @@ func (s *script) check(a *Args) error {
 			if err := checkRequestID(a.RequestID, s.argv[i].kind == argIDRequired); err != nil {
 				return err
 			}
+		case fieldWant:
+			hi := a.Limit
+			if s.argv[i].hi == "burst" {
+				hi = a.Burst
+			}
+			if a.Want < a.Cost || a.Want > hi {
+				return &Error{Code: CodeInvalid, Message: "want must be an integer from cost to " + s.argv[i].hi}
+			}
+		case fieldShare:
+			if a.SharePPM < 1 || a.SharePPM > limits.ShareScale {
+				return &Error{Code: CodeInvalid, Message: "max share must be an integer from 1 to " + strconv.Itoa(limits.ShareScale)}
+			}
+		case fieldSeq:
+			if a.Seq < 1 || a.Seq > 1<<53-1 {
+				return &Error{Code: CodeInvalid, Message: "seq must be an integer from 1 to 2^53-1"}
+			}
 		}
 	}
 	return nil
@@ -259,6 +295,9 @@ const (
 	fieldStrict
 	fieldID
 	fieldSpec
+	fieldWant
+	fieldShare
+	fieldSeq
 	fieldEdge1 // and the next three
 )
 
@@ -266,7 +305,7 @@ const (
 var fields = map[string]field{
 	"limit": fieldLimit, "window": fieldWindow, "lease": fieldLease, "rate": fieldRate, "period": fieldPeriod,
 	"burst": fieldBurst, "cost": fieldCost, "maxids": fieldMaxIDs, "dedupe": fieldDedupe, "strict": fieldStrict,
-	"id": fieldID, "spec": fieldSpec, "e1": fieldEdge1, "e2": fieldEdge1 + 1, "e3": fieldEdge1 + 2, "e4": fieldEdge1 + 3,
+	"id": fieldID, "spec": fieldSpec, "want": fieldWant, "share": fieldShare, "seq": fieldSeq, "e1": fieldEdge1, "e2": fieldEdge1 + 1, "e3": fieldEdge1 + 2, "e4": fieldEdge1 + 3,
 }
 
 // fieldsOf are the fields a contract's ARGV is written from, in order; a
@@ -312,6 +351,12 @@ func (a *Args) text(f field) string {
 		return a.RequestID
 	case fieldSpec:
 		return a.Spec
+	case fieldWant:
+		return strconv.FormatInt(a.Want, 10)
+	case fieldShare:
+		return decimal(a.SharePPM)
+	case fieldSeq:
+		return strconv.FormatInt(a.Seq, 10)
 	}
 	return strconv.FormatInt(a.Periods.Edges[f-fieldEdge1], 10)
 }

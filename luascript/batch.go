@@ -64,6 +64,9 @@ var batchFamilies = []struct {
 	{"sliding_window", []*script{slidingWindowTake, slidingWindowPeek, slidingWindowSettle}},
 	{"calendar", []*script{calendarTake, calendarPeek, calendarSettle}},
 	{"take_checks", []*script{takeChecks, giveBack}},
+	// Reservations and returns of allotments: few, and sent alone by the
+	// dispatcher, but a batch may carry them like any script.
+	{"allotment", []*script{fixedWindowReserve, calendarReserve, windowReturn}},
 }
 
 // batches are the batch scripts, one a family; batchOf is the batch script

@@ -138,6 +138,29 @@ var (
 	calendarSettleContract = contract{3, argList(limitArg, settleCost, strictArg, idRequired, calendarArgs), oneByOne}
 )
 
+// The contracts of a reservation and its return (docs/allotments.md): a
+// reservation takes between cost and want units, at most share (in parts
+// of SHARE_SCALE) of what is left, recorded under its holder (the id
+// argument) and seq; a return gives back cost units of the holder's
+// reservation seq. Only named policies have allotments: no strict.
+var (
+	wantArgs = []arg{
+		num("want", "want", "1", "limit"),
+		rule("want >= cost", "'want must be at least cost'"),
+		num("share", "max share", "1", "SHARE_SCALE"),
+	}
+	bucketWantArgs = []arg{
+		num("want", "want", "1", "burst"),
+		rule("want >= cost", "'want must be at least cost'"),
+		num("share", "max share", "1", "SHARE_SCALE"),
+	}
+	seqArg = num("seq", "seq", "1", "MAX_EXACT")
+
+	fixedWindowReserveContract = contract{1, argList(limitArg, windowArg, num("cost", "cost", "1", "limit"), wantArgs, idRequired, seqArg), oneByOne}
+	calendarReserveContract    = contract{3, argList(limitArg, num("cost", "cost", "1", "limit"), wantArgs, idRequired, seqArg, calendarArgs), oneByOne}
+	windowReturnContract       = contract{1, argList(settleCost, idRequired, seqArg), oneByOne}
+)
+
 // argv are the contract's arguments in ARGV order: all but its rules.
 func (c contract) argv() []arg {
 	out := make([]arg, 0, len(c.args))

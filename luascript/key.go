@@ -93,6 +93,12 @@ var Layouts = []Layout{
 	{Tag: "cal", Algorithm: "calendar", IDMatch: "r:*", Fixed: 3},
 }
 
+// ReservationPrefix starts the field of a window's or bucket's hash that
+// records a sidecar's allotment, a:<holder> "<seq>:<units>" (a sliding
+// window's: "<seq>:<units>:<period start ms>"): part of the state, beside
+// any algorithm's fixed fields and records (allotment.go).
+const ReservationPrefix = "a:"
+
 // LayoutOf returns the layout whose Tag is tag.
 func LayoutOf(tag string) (Layout, bool) {
 	for _, l := range Layouts {

@@ -24,6 +24,7 @@ var scripts = []*script{
 	calendarTake, calendarPeek,
 	fixedWindowSettle, slidingWindowSettle, calendarSettle, tokenBucketSettle,
 	takeChecks, giveBack,
+	fixedWindowReserve, calendarReserve, windowReturn,
 }
 
 // sources are the scripts' texts, prelude included, as Redis holds them,

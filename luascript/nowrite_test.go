@@ -38,6 +38,11 @@ var (
 	leases = state{{"HSET", "K", "policy", "2:60000", "l:a", "99999999999999", "l:old", "1"}}
 	// The same with a field no lease set has: refused before reclaiming.
 	leasesOtherField = state{{"HSET", "K", "policy", "2:60000", "l:old", "1", "x", "1"}}
+
+	// A window holding 3 of 5, 2 of them reserved by holder h under its
+	// reservation 7, and one whose record of h is malformed.
+	reserved          = state{{"HSET", "K", "used", "3", "policy", "5:60000", "ids", "0", "a:h", "7:2"}}
+	reservedBadRecord = state{{"HSET", "K", "used", "3", "policy", "5:60000", "ids", "0", "a:h", "7"}}
 )
 
 // Every refusal of every script leaves its key as it found it: the same
@@ -55,6 +60,8 @@ func TestRefusalsWriteNothing(t *testing.T) {
 		ccTake  = "concurrency_take.lua"
 		ccPeek  = "concurrency_peek.lua"
 		release = "concurrency_release.lua"
+		fwRes   = "fixed_window_reserve.lua"
+		wRet    = "window_return.lua"
 	)
 	cases := []struct {
 		name   string
@@ -120,6 +127,24 @@ func TestRefusalsWriteNothing(t *testing.T) {
 		{"release: too many arguments", release, leases, []string{"a", "b"}, "INVALID", false},
 		{"release: other fields", release, leasesOtherField, []string{"old"}, "WRONGTYPE", false},
 		{"release: a string", release, aString, []string{"a"}, "WRONGTYPE", false},
+
+		{"fw reserve: want below cost", fwRes, reserved, []string{"5", "60000", "2", "1", "50000", "h", "8"}, "INVALID", false},
+		{"fw reserve: want above limit", fwRes, reserved, []string{"5", "60000", "1", "6", "50000", "h", "8"}, "INVALID", false},
+		{"fw reserve: share 0", fwRes, reserved, []string{"5", "60000", "1", "1", "0", "h", "8"}, "INVALID", false},
+		{"fw reserve: share above 1", fwRes, reserved, []string{"5", "60000", "1", "1", "1000001", "h", "8"}, "INVALID", false},
+		{"fw reserve: no holder", fwRes, reserved, []string{"5", "60000", "1", "1", "50000", "", "8"}, "INVALID", false},
+		{"fw reserve: seq 0", fwRes, reserved, []string{"5", "60000", "1", "1", "50000", "h", "0"}, "INVALID", false},
+		{"fw reserve: invalid on no key", fwRes, noKey, []string{"5", "60000", "1", "1", "50000", "h", "x"}, "INVALID", false},
+		{"fw reserve: malformed record", fwRes, reservedBadRecord, []string{"5", "60000", "1", "1", "50000", "h", "8"}, "WRONGTYPE", true},
+		{"fw reserve: other fields", fwRes, otherMap, []string{"5", "60000", "1", "1", "50000", "h", "8"}, "WRONGTYPE", false},
+		{"fw reserve: a string", fwRes, aString, []string{"5", "60000", "1", "1", "50000", "h", "8"}, "WRONGTYPE", false},
+		{"return: cost above limit", wRet, reserved, []string{"1000000001", "h", "7"}, "INVALID", false},
+		{"return: more than reserved", wRet, reserved, []string{"3", "h", "7"}, "INVALID", false},
+		{"return: no holder", wRet, reserved, []string{"1", "", "7"}, "INVALID", false},
+		{"return: too few arguments", wRet, reserved, []string{"1", "h"}, "INVALID", false},
+		{"return: malformed record", wRet, reservedBadRecord, []string{"1", "h", "7"}, "WRONGTYPE", false},
+		{"return: other fields", wRet, state{{"HSET", "K", "used", "x", "a:h", "7:2"}}, []string{"1", "h", "7"}, "WRONGTYPE", false},
+		{"return: a string", wRet, aString, []string{"1", "h", "7"}, "WRONGTYPE", false},
 	}
 	for _, tc := range cases {
 		for _, persist := range []bool{false, true} {

@@ -38,6 +38,7 @@ func boundsLua() string {
 		{"MAX_REQUEST_IDS", limits.MaxRequestIDs},
 		{"MAX_EXACT", 1<<53 - 1},
 		{"MAX_PERIOD_MS", maxPeriodMS},
+		{"SHARE_SCALE", limits.ShareScale},
 	} {
 		b.WriteString("local " + c.name + " = " + strconv.FormatInt(c.v, 10) + "\n")
 	}

@@ -40,6 +40,7 @@ type Reply struct {
 	Shadow        bool   `json:"shadow"`
 	ShadowAllowed bool   `json:"shadow_allowed"`
 	Ready         bool   `json:"ready"`
+	Local         bool   `json:"local"`
 	// Headers: the RateLimit header fields of a take or peek that asked
 	// for them, by field name; nil otherwise.
 	Headers map[string]string `json:"headers,omitempty"`

@@ -25,6 +25,11 @@ type TakeReply struct {
 	// Both are written only when Shadow is set.
 	Shadow        bool
 	ShadowAllowed bool
+	// Local: the sidecar allowed the take from units it had reserved in
+	// Redis (an allotment), without a Redis call of its own; Used and
+	// Remaining are its knowledge as of its latest reservation. Written
+	// only when true.
+	Local bool
 	// Headers, when not nil, are written as the reply's last field.
 	Headers *HeaderFields
 }
@@ -75,6 +80,9 @@ func AppendTake(dst, id []byte, r TakeReply) []byte {
 	}
 	if r.Degraded {
 		dst = append(dst, `,"degraded":true`...)
+	}
+	if r.Local {
+		dst = append(dst, `,"local":true`...)
 	}
 	dst = appendHeaders(dst, r.Headers)
 	return append(dst, "}\n"...)

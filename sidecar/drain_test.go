@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"quotad/integration/redistest"
+	"quotad/policy"
 	"quotad/protocol"
 	"quotad/store"
 )
@@ -228,4 +229,42 @@ func TestRunReloadsOnSIGHUPAndDrainsWhenTheContextEnds(t *testing.T) {
 		t.Fatalf("Run = %v, want nil", err)
 	}
 	rs.logged(t, zapcore.InfoLevel, "quotad stopped", "")
+}
+
+// A drain gives back the units of allotments the sidecar still holds:
+// once it has stopped, Redis counts exactly the takes it allowed.
+func TestShutdownReturnsAllotments(t *testing.T) {
+	r := redistest.Start(t)
+	cfg, err := policy.ParseConfig([]byte("policies:\n  hot:\n    limit: 1000\n    window: 1m\n    allotment: {max_share: 0.5, idle: 1m}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, Options{Store: openStore(t, r.URL()), Config: cfg})
+	c := ts.dial(t)
+	waitRedisOK(t, c)
+	key := testPrefix + "fw:{p:hot:s}"
+	used := func() int64 {
+		n, err := r.Do(t, "HGET", key, "used").AsInt64()
+		if err != nil {
+			t.Fatalf("HGET %s used: %v", key, err)
+		}
+		return n
+	}
+	var allowed int64
+	waitFor(t, "a take answered from the allotment", func() bool {
+		rep := c.call(`{"op":"take","policy":"hot","subject":"s"}`)
+		if !rep.Allowed {
+			t.Fatalf("take = %+v", rep)
+		}
+		allowed++
+		return rep.Local && used() > allowed
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ts.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if got := used(); got != allowed {
+		t.Fatalf("redis counts %d after the drain, want the %d allowed", got, allowed)
+	}
 }

@@ -312,6 +312,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 	select {
 	case <-s.idle:
+		// Every request is answered: give back the units of allotments
+		// still held, before the calls' context ends.
+		s.dispatch.ReturnAllotments(ctx)
 		s.cancelReq()
 		s.dispatch.Close()
 		return nil

@@ -1,0 +1,528 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"hash/maphash"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+
+	"quotad/limits"
+	"quotad/luascript"
+	"quotad/protocol"
+)
+
+// Allotments (docs/allotments.md): a take without a request_id of a
+// policy with an allotment is answered from units this sidecar reserved
+// in Redis when they cover its cost. Every unit handed out was taken in
+// Redis first, by one atomic reservation (luascript.ReserveCall), so the
+// limit holds across sidecars exactly as it does for takes; what is not
+// handed out goes back to the window it was taken in
+// (luascript.ReturnCall), once.
+//
+// The control law, per key: a reservation wants enough for
+// allotHorizon of the sidecar's recent rate on the key, plus the costs
+// of the takes waiting for it, at least the take's cost; the script
+// caps it by max_share of what Redis says is left and by what is left,
+// and grants at least the take's cost or denies it. Near the limit what
+// is left is small, so a reservation shrinks to the take itself and
+// every decision is Redis's again.
+//
+// Per key, one reservation or return is in flight at a time (single
+// flight): takes that come meanwhile wait for it and are then answered
+// from what it granted. Units are handed out only while the window they
+// count in lasts (the reply's valid_ms, counted from before the call was
+// sent, so never past Redis's end of it); units left when it ends need
+// no return, and are counted lost. Units not used for idle without a
+// take on their key go back; a drain gives back everything held
+// (ReturnAllotments).
+
+// allotHorizon is how much of the recent rate a reservation asks for.
+const allotHorizon = 100 * time.Millisecond
+
+// allotShards spread the keys over locks, so that takes of different hot
+// keys do not queue behind one mutex.
+const allotShards = 64
+
+// allotments holds the units this sidecar reserved, per key.
+type allotments struct {
+	d *Dispatcher
+	// holder names this process's reservations in Redis (a:<holder>): a
+	// restarted sidecar is another holder.
+	holder string
+	seed   maphash.Seed
+	shards [allotShards]allotShard
+	// running counts the reservations and returns in flight, for Close.
+	running sync.WaitGroup
+	m       allotMetrics
+}
+
+type allotShard struct {
+	mu     sync.Mutex
+	m      map[string]*allot
+	closed bool
+}
+
+// allot is what the sidecar holds of one key. Its fields are guarded by
+// its shard's mutex.
+type allot struct {
+	key    string
+	policy string // its metrics label
+	limit  Limit  // the limits of its latest reservation
+	idle   time.Duration
+	// held units may be handed out until validUntil; they are recorded in
+	// Redis under seq, at retKey (a calendar period's own key).
+	held       int64
+	seq        int64
+	retKey     string
+	validUntil time.Time
+	// What Redis said right after the latest reservation: the reply of a
+	// local answer is made from it (answer).
+	used, remaining int64
+	resetAt         time.Time
+	// busy: a reservation or return of the key is in flight; waiting are
+	// the takes it will answer.
+	busy    bool
+	waiting []*Decision
+	// The recent rate: units taken since rateFrom, and the estimate in
+	// units a second.
+	lastTake  time.Time
+	rateFrom  time.Time
+	rateUnits int64
+	rate      float64
+	timer     *time.Timer
+}
+
+func newAllotments(d *Dispatcher, reg *prometheus.Registry) *allotments {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	a := &allotments{d: d, holder: hex.EncodeToString(b[:]), seed: maphash.MakeSeed(), m: newAllotMetrics(reg)}
+	for i := range a.shards {
+		a.shards[i].m = map[string]*allot{}
+	}
+	return a
+}
+
+func (as *allotments) shard(key string) *allotShard {
+	return &as.shards[maphash.String(as.seed, key)%allotShards]
+}
+
+// allotted answers dec from the allotment of its key when it can, or
+// queues it for the key's reservation; false when dec is not a take
+// allotments answer (the caller sends it to Redis as any take).
+func (d *Dispatcher) allotted(dec *Decision) bool {
+	c := &dec.checks[0]
+	l := &c.limit
+	if l.Allotment == nil || dec.listed() || l.Shadow || dec.req.RequestID != "" || !luascript.HasAllotments(l.Algorithm.Name()) {
+		return false
+	}
+	return d.allot.take(dec)
+}
+
+// take answers dec from what its key holds, or queues it and starts a
+// reservation when none is in flight.
+func (as *allotments) take(dec *Decision) bool {
+	c := &dec.checks[0]
+	cost, now := c.req.Cost, time.Now()
+	sh := as.shard(c.key)
+	sh.mu.Lock()
+	if sh.closed {
+		sh.mu.Unlock()
+		return false
+	}
+	a := sh.m[c.key]
+	if a == nil {
+		a = &allot{key: c.key, rateFrom: now}
+		sh.m[c.key] = a
+	}
+	policy := c.limit.Policy
+	a.limit, a.policy, a.idle = c.limit, policy, time.Duration(c.limit.Allotment.IdleMS)*time.Millisecond
+	a.lastTake = now
+	a.rateUnits += cost
+	if !a.busy && a.held >= cost && now.Before(a.validUntil) {
+		a.held -= cost
+		a.answer(&dec.Out, now)
+		sh.mu.Unlock()
+		as.m.local.WithLabelValues(policy).Inc()
+		as.m.held.WithLabelValues(policy).Sub(float64(cost))
+		as.d.finish(dec)
+		return true
+	}
+	a.waiting = append(a.waiting, dec)
+	if a.busy {
+		sh.mu.Unlock()
+		return true
+	}
+	r := as.startReserve(a, now)
+	sh.mu.Unlock()
+	as.launch(func() { as.reserve(sh, a, r) })
+	return true
+}
+
+// answer makes o a take allowed from what a holds (after the take):
+// used and remaining are what Redis said at the latest reservation, with
+// the units this sidecar still holds counted as left.
+func (a *allot) answer(o *Outcome, now time.Time) {
+	o.Allowed, o.Allotted = true, true
+	o.Remaining = min(a.remaining+a.held, max(o.Limit, a.remaining))
+	o.Used = max(a.used-a.held, 0)
+	o.ResetMS = max(ms(a.resetAt.Sub(now)), 0)
+}
+
+// reservation is one reservation's call, built under the shard's lock:
+// what it needs of its allot is copied here.
+type reservation struct {
+	args      luascript.Args
+	algorithm string
+	policy    string
+	want      int64
+	sent      time.Time
+}
+
+// startReserve marks a busy and builds its next reservation: the
+// control law (see the top of the file).
+func (as *allotments) startReserve(a *allot, now time.Time) reservation {
+	a.busy = true
+	as.drop(a, now)
+	if d := now.Sub(a.rateFrom); d >= time.Millisecond {
+		sample := float64(a.rateUnits) / d.Seconds()
+		if a.rate == 0 {
+			a.rate = sample
+		} else {
+			a.rate = (a.rate + sample) / 2
+		}
+		a.rateFrom, a.rateUnits = now, 0
+	}
+	var waiting int64
+	for _, w := range a.waiting {
+		waiting += w.checks[0].req.Cost
+	}
+	first := a.waiting[0].checks[0].req
+	want := waiting + int64(math.Ceil(a.rate*allotHorizon.Seconds()))
+	want = min(max(want, first.Cost), a.limit.Shape.Quota())
+	a.seq++
+	return reservation{args: allotArgs(&a.limit, first, a.key, want, as.holder, a.seq), want: want,
+		algorithm: a.limit.Algorithm.Name(), policy: a.policy}
+}
+
+// drop forgets units whose window ended: Redis needs no return of them,
+// and they were not handed out.
+func (as *allotments) drop(a *allot, now time.Time) {
+	if a.held > 0 && !now.Before(a.validUntil) {
+		as.m.lost.WithLabelValues(a.policy).Add(float64(a.held))
+		as.m.held.WithLabelValues(a.policy).Sub(float64(a.held))
+		a.held = 0
+	}
+}
+
+// allotArgs are the arguments of a reservation on key under l, for the
+// take req.
+func allotArgs(l *Limit, req *protocol.Request, key string, want int64, holder string, seq int64) luascript.Args {
+	a := luascript.Args{Key: key, Cost: req.Cost, Want: want, SharePPM: l.Allotment.SharePPM, RequestID: holder, Seq: seq}
+	switch s := l.Shape.(type) {
+	case limits.Window:
+		a.Limit, a.WindowMS = s.Limit, s.WindowMS
+	case limits.CalendarWindow:
+		a.Limit, a.Spec = s.Limit, s.Spec()
+		a.Periods = luascript.CalendarAround(s, s.Offset(req.Subject), calendarClock())
+	}
+	return a
+}
+
+// launch runs f in a goroutine that Close waits for.
+func (as *allotments) launch(f func()) {
+	as.running.Add(1)
+	go func() {
+		defer as.running.Done()
+		f()
+	}()
+}
+
+// reserve sends r for a and answers the takes waiting for it.
+func (as *allotments) reserve(sh *allotShard, a *allot, r reservation) {
+	d := as.d
+	r.sent = time.Now()
+	var res luascript.Reservation
+	call, err := luascript.ReserveCall(r.algorithm, r.args)
+	if err == nil {
+		err = d.allotCall(a.key, r.sent, func(ctx context.Context, client rueidis.Client) (err error) {
+			res, err = luascript.ParseReserve(call.Exec(ctx, client))
+			return err
+		})
+	}
+	if res.Healed {
+		d.log.Warn("restored the TTL of a quota key that had none", zap.String(keyPolicy, r.policy),
+			zap.String(keyKey, r.args.Key), zap.Int64(keyHealedTotal, d.healed.Add(1)))
+	}
+
+	sh.mu.Lock()
+	a.busy = false
+	waiting := a.waiting
+	a.waiting = nil
+	if err == nil {
+		as.m.reservations.WithLabelValues(r.policy).Inc()
+		a.used, a.remaining = res.Used, res.Remaining
+		a.resetAt = r.sent.Add(time.Duration(res.ResetMS) * time.Millisecond)
+	}
+	if err == nil && res.Granted > 0 {
+		as.m.reserved.WithLabelValues(r.policy).Add(float64(res.Granted))
+		as.m.held.WithLabelValues(r.policy).Add(float64(res.Granted))
+		a.held += res.Granted
+		a.seq = r.args.Seq
+		a.validUntil = r.sent.Add(time.Duration(res.ValidMS) * time.Millisecond)
+		a.retKey = a.key
+		if res.Period > 0 {
+			a.retKey = luascript.CalendarPeriodKey(a.key, r.args.Periods.Starts[res.Period-1])
+		}
+		if a.timer == nil && !sh.closed {
+			a.timer = time.AfterFunc(a.idle, func() { as.idle(sh, a) })
+		}
+	}
+	now := time.Now()
+	var answered, rest []*Decision
+	for _, w := range waiting {
+		cost := w.checks[0].req.Cost
+		if err == nil && a.held >= cost && now.Before(a.validUntil) {
+			a.held -= cost
+			a.answer(&w.Out, now)
+			answered = append(answered, w)
+			continue
+		}
+		rest = append(rest, w)
+	}
+	// A reservation granted in full may have been too small for the takes
+	// that came while it was in flight: those wait for the next. After a
+	// capped grant or a denial, they go to Redis as takes, each decided
+	// exactly there.
+	var next *reservation
+	if len(rest) > 0 && err == nil && res.Granted == r.want && !sh.closed {
+		a.waiting = rest
+		n := as.startReserve(a, now)
+		next, rest = &n, nil
+	}
+	sh.mu.Unlock()
+
+	for _, w := range answered {
+		as.m.local.WithLabelValues(r.policy).Inc()
+		as.m.held.WithLabelValues(r.policy).Sub(float64(w.checks[0].req.Cost))
+		d.finish(w)
+	}
+	if next != nil {
+		as.reserve(sh, a, *next)
+		return
+	}
+	for _, w := range rest {
+		if err != nil {
+			d.end(w, err)
+			continue
+		}
+		d.send(w)
+	}
+}
+
+// allotCall runs call, a reservation or return on key sent at sent,
+// under --redis-timeout and through the breaker of key's Redis, and feeds
+// its result to the store's health as a take's.
+func (d *Dispatcher) allotCall(key string, sent time.Time, call func(context.Context, rueidis.Client) error) error {
+	client, err := d.store.Client()
+	if err != nil {
+		return err
+	}
+	if err := d.store.Admit(key); err != nil {
+		return err
+	}
+	deadline := sent.Add(d.opts.RedisTimeout)
+	ctx, cancel := context.WithDeadline(d.opts.Context, deadline)
+	defer cancel()
+	err = call(ctx, d.client(client))
+	d.observe(key, err, &trip{queued: sent, sent: sent, deadline: deadline})
+	return err
+}
+
+// idle gives back what a holds once idle passed without a take on its
+// key, and forgets the key once it holds nothing.
+func (as *allotments) idle(sh *allotShard, a *allot) {
+	sh.mu.Lock()
+	if sh.closed {
+		sh.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if wait := a.idle - now.Sub(a.lastTake); a.busy || wait > 0 {
+		a.timer.Reset(max(wait, a.idle/4))
+		sh.mu.Unlock()
+		return
+	}
+	as.drop(a, now)
+	if a.held == 0 {
+		a.timer = nil
+		delete(sh.m, a.key)
+		sh.mu.Unlock()
+		return
+	}
+	ret := as.startReturn(a)
+	a.timer.Reset(a.idle)
+	sh.mu.Unlock()
+	as.launch(func() {
+		as.giveBack(context.Background(), ret)
+		as.returned(sh, a)
+	})
+}
+
+// giveBackCall is one return: units of a's reservation seq, to retKey.
+type giveBackCall struct {
+	algorithm string
+	policy    string
+	args      luascript.Args
+	units     int64
+}
+
+// startReturn marks a busy and takes what it holds for a return.
+func (as *allotments) startReturn(a *allot) giveBackCall {
+	a.busy = true
+	r := giveBackCall{algorithm: a.limit.Algorithm.Name(), policy: a.policy, units: a.held,
+		args: allotReturnArgs(&a.limit, a.retKey, a.held, as.holder, a.seq)}
+	as.m.held.WithLabelValues(a.policy).Sub(float64(a.held))
+	a.held = 0
+	return r
+}
+
+func allotReturnArgs(l *Limit, key string, units int64, holder string, seq int64) luascript.Args {
+	a := luascript.Args{Key: key, Cost: units, RequestID: holder, Seq: seq}
+	if w, ok := l.Shape.(limits.Window); ok {
+		a.Limit, a.WindowMS = w.Limit, w.WindowMS
+	}
+	return a
+}
+
+// giveBack sends a return, and once more when its outcome is unknown: a
+// return is applied once however often it is sent. Units that could not
+// be given back, or whose window ended first, are counted lost.
+func (as *allotments) giveBack(parent context.Context, r giveBackCall) {
+	d := as.d
+	call, err := luascript.ReturnCall(r.algorithm, r.args)
+	var n int64
+	for attempt := 1; err == nil; attempt++ {
+		err = d.allotCall(r.args.Key, time.Now(), func(ctx context.Context, client rueidis.Client) (err error) {
+			ctx, cancel := mergeDeadline(ctx, parent)
+			defer cancel()
+			n, err = luascript.ParseReturn(call.Exec(ctx, client))
+			return err
+		})
+		if err == nil || attempt == 2 || !d.classify(err, nil).unknown {
+			break
+		}
+		err = nil
+	}
+	if err != nil {
+		d.log.Warn("could not give back the units of an allotment", zap.String(keyPolicy, r.policy),
+			zap.String(keyKey, r.args.Key), zap.Int64("units", r.units), zap.Error(err))
+		n = 0
+	}
+	as.m.returned.WithLabelValues(r.policy).Add(float64(n))
+	as.m.lost.WithLabelValues(r.policy).Add(float64(r.units - n))
+}
+
+// returned ends a's return: takes that came meanwhile get a reservation.
+func (as *allotments) returned(sh *allotShard, a *allot) {
+	sh.mu.Lock()
+	a.busy = false
+	if len(a.waiting) == 0 || sh.closed {
+		waiting := a.waiting
+		a.waiting = nil
+		sh.mu.Unlock()
+		for _, w := range waiting {
+			as.d.send(w)
+		}
+		return
+	}
+	r := as.startReserve(a, time.Now())
+	sh.mu.Unlock()
+	as.reserve(sh, a, r)
+}
+
+// ReturnAllotments gives back every unit this sidecar holds, for a
+// drain: the takes are answered by then. Units it cannot give back
+// before ctx ends are counted lost.
+func (d *Dispatcher) ReturnAllotments(ctx context.Context) {
+	as := d.allot
+	var wg sync.WaitGroup
+	for i := range as.shards {
+		sh := &as.shards[i]
+		sh.mu.Lock()
+		now := time.Now()
+		for _, a := range sh.m {
+			as.drop(a, now)
+			if a.held == 0 || a.busy {
+				continue
+			}
+			r := as.startReturn(a)
+			wg.Add(1)
+			as.launch(func() {
+				defer wg.Done()
+				as.giveBack(ctx, r)
+				as.returned(sh, a)
+			})
+		}
+		sh.mu.Unlock()
+	}
+	wg.Wait()
+}
+
+// close stops the idle timers and waits for the reservations and returns
+// in flight; what is still held is lost (a drain returned it before).
+func (as *allotments) close() {
+	for i := range as.shards {
+		sh := &as.shards[i]
+		sh.mu.Lock()
+		sh.closed = true
+		for _, a := range sh.m {
+			if a.timer != nil {
+				a.timer.Stop()
+			}
+		}
+		sh.mu.Unlock()
+	}
+	as.running.Wait()
+}
+
+// mergeDeadline ends ctx at parent's deadline too, when it is sooner.
+func mergeDeadline(ctx, parent context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := parent.Deadline(); ok {
+		return context.WithDeadline(ctx, dl)
+	}
+	return context.WithCancel(ctx)
+}
+
+// allotMetrics are the allotments' series, by policy.
+type allotMetrics struct {
+	local, reservations, reserved, returned, lost *prometheus.CounterVec
+	held                                          *prometheus.GaugeVec
+}
+
+func newAllotMetrics(reg *prometheus.Registry) allotMetrics {
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"policy"})
+	}
+	m := allotMetrics{
+		local:        counter("quotad_allotment_local_decisions_total", "Takes answered from units the sidecar reserved, without a Redis call of their own."),
+		reservations: counter("quotad_allotment_reservations_total", "Reservations Redis answered, granted or denied."),
+		reserved:     counter("quotad_allotment_units_reserved_total", "Units reserved in Redis for local answers."),
+		returned:     counter("quotad_allotment_units_returned_total", "Units given back to Redis unused (after idle, or at a drain)."),
+		lost:         counter("quotad_allotment_units_lost_total", "Units reserved but neither handed out nor given back: their window ended first, or their return failed. A killed sidecar cannot count what it held: at most that, until its window ends."),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "quotad_allotment_units_held",
+			Help: "Units the sidecar holds, reserved in Redis and not yet handed out.",
+		}, []string{"policy"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.local, m.reservations, m.reserved, m.returned, m.lost, m.held)
+	}
+	return m
+}

@@ -1,0 +1,223 @@
+package dispatch
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap/zaptest"
+
+	"quotad/integration/redistest"
+	"quotad/policy"
+)
+
+// allotConfig is a policy file with allotments on hot (fixed window),
+// month (calendar) and open (fixed window, on_unavailable allow).
+func allotConfig(t *testing.T, idle string) *policy.Config {
+	t.Helper()
+	cfg, err := policy.ParseConfig([]byte(`
+policies:
+  hot:
+    limit: 1000
+    window: 1m
+    allotment: {max_share: 0.5, idle: ` + idle + `}
+  month:
+    algorithm: calendar
+    limit: 1000
+    period: month
+    allotment: {max_share: 0.5, idle: ` + idle + `}
+  open:
+    limit: 1000
+    window: 1m
+    on_unavailable: allow
+    allotment: {max_share: 0.5, idle: ` + idle + `}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func newAllotDispatcher(t *testing.T, r *redistest.Server, idle string) (*Dispatcher, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	d := New(Options{Store: openStore(t, r), Config: allotConfig(t, idle), Logger: zaptest.NewLogger(t), KeyPrefix: "qt:", Registry: reg})
+	t.Cleanup(d.Close)
+	return d, reg
+}
+
+// used is what Redis holds as used in the window of policy and subject.
+func redisUsed(t *testing.T, r *redistest.Server, policyName, subject string) int64 {
+	t.Helper()
+	s, err := r.Do(t, "HGET", "qt:fw:{p:"+policyName+":"+subject+"}", "used").ToString()
+	if err != nil {
+		t.Fatalf("HGET used: %v", err)
+	}
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+func counterOf(t *testing.T, c *prometheus.CounterVec, policyName string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.WithLabelValues(policyName).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func gaugeOf(t *testing.T, g *prometheus.GaugeVec, policyName string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.WithLabelValues(policyName).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}
+
+// A take of a policy with an allotment is answered from memory once a
+// reservation covers it, and says so; a take with a request_id, a peek
+// and a take of several checks go to Redis as before.
+func TestAllotmentAnswersLocally(t *testing.T) {
+	r := redistest.Start(t)
+	d, _ := newAllotDispatcher(t, r, "1m")
+	take := `{"op":"take","policy":"hot","subject":"a"}`
+	first := decide(t, d, take)
+	if !first.Allowed || !first.Allotted {
+		t.Fatalf("first take = %+v, want allowed from the allotment", first)
+	}
+	for i := range 20 {
+		o := decide(t, d, take)
+		if !o.Allowed || !o.Allotted || o.Used+o.Remaining != 1000 {
+			t.Fatalf("take %d = %+v", i, o)
+		}
+		line := render(&o)
+		if !strings.Contains(line, `,"local":true}`) {
+			t.Fatalf("reply %s does not say local", line)
+		}
+	}
+	if got := counterOf(t, d.allot.m.local, "hot"); got < 20 {
+		t.Fatalf("%v local decisions counted, want at least 20", got)
+	}
+	reserved := counterOf(t, d.allot.m.reserved, "hot")
+	if used := redisUsed(t, r, "hot", "a"); float64(used) != reserved || used < 21 {
+		t.Fatalf("redis used %d, reserved %v: every unit handed out was reserved first", used, reserved)
+	}
+
+	for _, line := range []string{
+		`{"op":"take","policy":"hot","subject":"a","request_id":"r1"}`,
+		`{"op":"take","checks":[{"policy":"hot","subject":"a"},{"policy":"hot","subject":"b"}]}`,
+	} {
+		if o := decide(t, d, line); !o.Allowed || o.Allotted {
+			t.Fatalf("%s = %+v, want decided by Redis", line, o)
+		}
+	}
+	if o := decide(t, d, `{"op":"peek","policy":"hot","subject":"a"}`); o.Failed() || o.Allotted {
+		t.Fatalf("peek = %+v", o)
+	}
+}
+
+// Fifty concurrent callers on one key never get more than the limit
+// allowed, and once they are done and the allotment is given back,
+// Redis counts exactly what was allowed.
+func TestAllotmentNeverOverTheLimit(t *testing.T) {
+	r := redistest.Start(t)
+	d, _ := newAllotDispatcher(t, r, "20ms")
+	var allowed, local atomic.Int64
+	var wg sync.WaitGroup
+	for c := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				o := decide(t, d, `{"op":"take","policy":"hot","subject":"x","cost":`+strconv.Itoa(1+c%2)+`}`)
+				if o.Failed() {
+					t.Errorf("take failed: %+v", o)
+					return
+				}
+				if o.Allowed {
+					allowed.Add(int64(1 + c%2))
+				}
+				if o.Allotted {
+					local.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if allowed.Load() > 1000 {
+		t.Fatalf("%d units allowed, over the limit of 1000", allowed.Load())
+	}
+	if local.Load() == 0 {
+		t.Fatal("no take was answered from the allotment")
+	}
+	waitFor(t, "the allotment to be given back", func() bool {
+		return redisUsed(t, r, "hot", "x") == allowed.Load() && gaugeOf(t, d.allot.m.held, "hot") == 0
+	})
+	if lost := counterOf(t, d.allot.m.lost, "hot"); lost != 0 {
+		t.Fatalf("%v units lost", lost)
+	}
+}
+
+// Units unused for idle go back, and a drain gives back what is held:
+// Redis then counts exactly the takes allowed. A calendar window's go
+// back to the period they were taken in.
+func TestAllotmentGoesBack(t *testing.T) {
+	r := redistest.Start(t)
+	d, _ := newAllotDispatcher(t, r, "20ms")
+	for range 5 {
+		decide(t, d, `{"op":"take","policy":"hot","subject":"idle"}`)
+	}
+	waitFor(t, "the idle units to go back", func() bool { return redisUsed(t, r, "hot", "idle") == 5 })
+
+	d2, _ := newAllotDispatcher(t, r, "1m")
+	n := int64(0)
+	waitFor(t, "units held", func() bool {
+		for _, p := range []string{"hot", "month"} {
+			if o := decide(t, d2, `{"op":"take","policy":"`+p+`","subject":"drain"}`); !o.Allowed {
+				t.Fatalf("take = %+v", o)
+			}
+		}
+		n++
+		return gaugeOf(t, d2.allot.m.held, "hot") > 0 && gaugeOf(t, d2.allot.m.held, "month") > 0
+	})
+	if used := redisUsed(t, r, "hot", "drain"); used <= n {
+		t.Fatalf("used %d before the drain of %d takes: the test wants units held", used, n)
+	}
+	d2.ReturnAllotments(context.Background())
+	if used := redisUsed(t, r, "hot", "drain"); used != n {
+		t.Fatalf("used %d after the drain, want the %d allowed", used, n)
+	}
+	if o := decide(t, d2, `{"op":"peek","policy":"month","subject":"drain"}`); o.Used != n {
+		t.Fatalf("calendar peek after the drain = %+v, want used %d", o, n)
+	}
+}
+
+// While Redis is down, held units are still handed out; then the
+// policy's on_unavailable answers.
+func TestAllotmentWhileRedisIsDown(t *testing.T) {
+	r := redistest.Start(t)
+	d, _ := newAllotDispatcher(t, r, "1m")
+	decide(t, d, `{"op":"take","policy":"open","subject":"a"}`)
+	waitFor(t, "units held", func() bool {
+		decide(t, d, `{"op":"take","policy":"hot","subject":"a"}`)
+		return gaugeOf(t, d.allot.m.held, "hot") > 0
+	})
+	r.Stop(t)
+	waitFor(t, "the store to see redis down", func() bool { return !d.store.Up() })
+	if o := decide(t, d, `{"op":"take","policy":"hot","subject":"a"}`); !o.Allowed || !o.Allotted {
+		t.Fatalf("take of a held unit with redis down = %+v", o)
+	}
+	// Cost beyond what is held: Redis must decide, and cannot.
+	if o := decide(t, d, `{"op":"take","policy":"hot","subject":"a","cost":900}`); o.Code != "UNAVAILABLE" {
+		t.Fatalf("take beyond the allotment with redis down = %+v, want UNAVAILABLE", o)
+	}
+	if o := decide(t, d, `{"op":"take","policy":"open","subject":"a","cost":900}`); !o.Degraded || !o.Allowed {
+		t.Fatalf("take beyond the allotment, on_unavailable allow = %+v, want degraded", o)
+	}
+}

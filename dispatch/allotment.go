@@ -76,12 +76,14 @@ type allot struct {
 	policy string // its metrics label
 	limit  Limit  // the limits of its latest reservation
 	idle   time.Duration
-	// held units may be handed out until validUntil; they are recorded in
-	// Redis under seq, at retKey (a calendar period's own key).
-	held       int64
-	seq        int64
-	retKey     string
-	validUntil time.Time
+	// held units may be handed out until validUntil and given back until
+	// returnUntil (a sliding window's count for a period more); they are
+	// recorded in Redis under seq, at retKey (a calendar period's own key).
+	held        int64
+	seq         int64
+	retKey      string
+	validUntil  time.Time
+	returnUntil time.Time
 	// What Redis said right after the latest reservation: the reply of a
 	// local answer is made from it (answer).
 	used, remaining int64
@@ -97,6 +99,9 @@ type allot struct {
 	rateUnits int64
 	rate      float64
 	timer     *time.Timer
+	// The series of policy, looked up once, not at each local answer.
+	local prometheus.Counter
+	gauge prometheus.Gauge
 }
 
 func newAllotments(d *Dispatcher, reg *prometheus.Registry) *allotments {
@@ -141,18 +146,34 @@ func (as *allotments) take(dec *Decision) bool {
 		a = &allot{key: c.key, rateFrom: now}
 		sh.m[c.key] = a
 	}
-	policy := c.limit.Policy
-	a.limit, a.policy, a.idle = c.limit, policy, time.Duration(c.limit.Allotment.IdleMS)*time.Millisecond
+	if a.policy != c.limit.Policy || a.local == nil {
+		a.policy = c.limit.Policy
+		a.local, a.gauge = as.m.local.WithLabelValues(a.policy), as.m.held.WithLabelValues(a.policy)
+	}
+	a.limit, a.idle = c.limit, time.Duration(c.limit.Allotment.IdleMS)*time.Millisecond
 	a.lastTake = now
 	a.rateUnits += cost
-	if !a.busy && a.held >= cost && now.Before(a.validUntil) {
-		a.held -= cost
-		a.answer(&dec.Out, now)
-		sh.mu.Unlock()
-		as.m.local.WithLabelValues(policy).Inc()
-		as.m.held.WithLabelValues(policy).Sub(float64(cost))
-		as.d.finish(dec)
+	if as.fromHeld(sh, a, dec, cost, now) {
 		return true
+	}
+	if !a.busy {
+		// Not covered: a take the local denial knows Redis would deny
+		// needs no reservation. Checked with the lock released, and the
+		// units held looked at again after.
+		sh.mu.Unlock()
+		if as.d.localDenied(dec) {
+			as.d.metrics.localDenials.Inc()
+			as.d.finish(dec)
+			return true
+		}
+		sh.mu.Lock()
+		if sh.closed {
+			sh.mu.Unlock()
+			return false
+		}
+		if as.fromHeld(sh, a, dec, cost, now) {
+			return true
+		}
 	}
 	a.waiting = append(a.waiting, dec)
 	if a.busy {
@@ -162,6 +183,24 @@ func (as *allotments) take(dec *Decision) bool {
 	r := as.startReserve(a, now)
 	sh.mu.Unlock()
 	as.launch(func() { as.reserve(sh, a, r) })
+	return true
+}
+
+// fromHeld answers dec, of cost, from the units a holds when they cover
+// it and no reservation or return of a is in flight (takes waiting for it
+// come first). It is called with sh locked, and unlocks it when it
+// answered.
+func (as *allotments) fromHeld(sh *allotShard, a *allot, dec *Decision, cost int64, now time.Time) bool {
+	if a.busy || a.held < cost || !now.Before(a.validUntil) {
+		return false
+	}
+	a.held -= cost
+	a.answer(&dec.Out, now)
+	local, gauge := a.local, a.gauge
+	sh.mu.Unlock()
+	local.Inc()
+	gauge.Sub(float64(cost))
+	as.d.finish(dec)
 	return true
 }
 
@@ -189,14 +228,13 @@ type reservation struct {
 // control law (see the top of the file).
 func (as *allotments) startReserve(a *allot, now time.Time) reservation {
 	a.busy = true
-	as.drop(a, now)
+	// Units that may no longer be handed out cannot be kept under the new
+	// reservation's record: their return would go to another period.
+	if a.held > 0 && !now.Before(a.validUntil) {
+		as.lose(a, a.held)
+	}
 	if d := now.Sub(a.rateFrom); d >= time.Millisecond {
-		sample := float64(a.rateUnits) / d.Seconds()
-		if a.rate == 0 {
-			a.rate = sample
-		} else {
-			a.rate = (a.rate + sample) / 2
-		}
+		a.rate = nextRate(a.rate, a.rateUnits, d)
 		a.rateFrom, a.rateUnits = now, 0
 	}
 	var waiting int64
@@ -204,21 +242,48 @@ func (as *allotments) startReserve(a *allot, now time.Time) reservation {
 		waiting += w.checks[0].req.Cost
 	}
 	first := a.waiting[0].checks[0].req
-	want := waiting + int64(math.Ceil(a.rate*allotHorizon.Seconds()))
-	want = min(max(want, first.Cost), a.limit.Shape.Quota())
+	want := allotWant(a.rate, waiting, first.Cost, a.limit.Shape.Quota())
 	a.seq++
-	return reservation{args: allotArgs(&a.limit, first, a.key, want, as.holder, a.seq), want: want,
+	args := allotArgs(&a.limit, first, a.key, want, as.holder, a.seq)
+	args.Kept = a.held
+	return reservation{args: args, want: want,
 		algorithm: a.limit.Algorithm.Name(), policy: a.policy}
+}
+
+// nextRate is the key's rate, in units a second, once units were taken
+// in the elapsed time since the last estimate: the mean of the last
+// estimate and this sample, so that a burst moves it at once and a lull
+// halves it at each reservation.
+func nextRate(rate float64, units int64, elapsed time.Duration) float64 {
+	sample := float64(units) / elapsed.Seconds()
+	if rate == 0 {
+		return sample
+	}
+	return (rate + sample) / 2
+}
+
+// allotWant is what a reservation asks for: the costs of the takes
+// waiting for it and allotHorizon of the rate, at least the take's cost
+// and at most the limit's quota. Redis caps it by max_share of what is
+// left (luascript's allot_grant).
+func allotWant(rate float64, waiting, cost, quota int64) int64 {
+	want := waiting + int64(math.Ceil(rate*allotHorizon.Seconds()))
+	return min(max(want, cost), quota)
 }
 
 // drop forgets units whose window ended: Redis needs no return of them,
 // and they were not handed out.
 func (as *allotments) drop(a *allot, now time.Time) {
-	if a.held > 0 && !now.Before(a.validUntil) {
-		as.m.lost.WithLabelValues(a.policy).Add(float64(a.held))
-		as.m.held.WithLabelValues(a.policy).Sub(float64(a.held))
-		a.held = 0
+	if a.held > 0 && !now.Before(a.returnUntil) {
+		as.lose(a, a.held)
 	}
+}
+
+// lose forgets n units a holds, counted lost.
+func (as *allotments) lose(a *allot, n int64) {
+	as.m.lost.WithLabelValues(a.policy).Add(float64(n))
+	as.m.held.WithLabelValues(a.policy).Sub(float64(n))
+	a.held -= n
 }
 
 // allotArgs are the arguments of a reservation on key under l, for the
@@ -231,6 +296,11 @@ func allotArgs(l *Limit, req *protocol.Request, key string, want int64, holder s
 	case limits.CalendarWindow:
 		a.Limit, a.Spec = s.Limit, s.Spec()
 		a.Periods = luascript.CalendarAround(s, s.Offset(req.Subject), calendarClock())
+	case limits.Sliding:
+		a.Limit, a.WindowMS = s.Limit, s.WindowMS
+	case limits.Bucket:
+		a.TokenBucket = luascript.TokenBucket(s)
+		a.DedupeMS = l.DedupeMS
 	}
 	return a
 }
@@ -276,13 +346,19 @@ func (as *allotments) reserve(sh *allotShard, a *allot, r reservation) {
 		a.held += res.Granted
 		a.seq = r.args.Seq
 		a.validUntil = r.sent.Add(time.Duration(res.ValidMS) * time.Millisecond)
+		a.returnUntil = a.validUntil
+		if w, ok := a.limit.Shape.(limits.Sliding); ok {
+			a.returnUntil = a.returnUntil.Add(time.Duration(w.WindowMS) * time.Millisecond)
+		}
 		a.retKey = a.key
 		if res.Period > 0 {
 			a.retKey = luascript.CalendarPeriodKey(a.key, r.args.Periods.Starts[res.Period-1])
 		}
-		if a.timer == nil && !sh.closed {
-			a.timer = time.AfterFunc(a.idle, func() { as.idle(sh, a) })
-		}
+	}
+	// Every key gets its idle timer once it has had a reservation, granted
+	// or not: the timer forgets the key once it holds nothing.
+	if a.timer == nil && !sh.closed {
+		a.timer = time.AfterFunc(a.idle, func() { as.idle(sh, a) })
 	}
 	now := time.Now()
 	var answered, rest []*Decision
@@ -395,8 +471,8 @@ func (as *allotments) startReturn(a *allot) giveBackCall {
 
 func allotReturnArgs(l *Limit, key string, units int64, holder string, seq int64) luascript.Args {
 	a := luascript.Args{Key: key, Cost: units, RequestID: holder, Seq: seq}
-	if w, ok := l.Shape.(limits.Window); ok {
-		a.Limit, a.WindowMS = w.Limit, w.WindowMS
+	if b, ok := l.Shape.(limits.Bucket); ok {
+		a.TokenBucket = luascript.TokenBucket(b)
 	}
 	return a
 }
@@ -456,6 +532,10 @@ func (d *Dispatcher) ReturnAllotments(ctx context.Context) {
 	for i := range as.shards {
 		sh := &as.shards[i]
 		sh.mu.Lock()
+		if sh.closed {
+			sh.mu.Unlock()
+			continue
+		}
 		now := time.Now()
 		for _, a := range sh.m {
 			as.drop(a, now)

@@ -7,13 +7,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"quotad/integration/redistest"
 	"quotad/policy"
+	"quotad/store"
 )
 
 // allotConfig is a policy file with allotments on hot (fixed window),
@@ -35,6 +40,17 @@ policies:
     limit: 1000
     window: 1m
     on_unavailable: allow
+    allotment: {max_share: 0.5, idle: ` + idle + `}
+  slide:
+    algorithm: sliding_window
+    limit: 1000
+    window: 1h
+    allotment: {max_share: 0.5, idle: ` + idle + `}
+  bucket:
+    algorithm: token_bucket
+    rate: 2
+    period: 1h
+    burst: 1000
     allotment: {max_share: 0.5, idle: ` + idle + `}
 `))
 	if err != nil {
@@ -123,44 +139,49 @@ func TestAllotmentAnswersLocally(t *testing.T) {
 }
 
 // Fifty concurrent callers on one key never get more than the limit
-// allowed, and once they are done and the allotment is given back,
-// Redis counts exactly what was allowed.
+// allowed, for every algorithm with allotments, and once they are done
+// and the allotment is given back, Redis counts exactly what was allowed.
 func TestAllotmentNeverOverTheLimit(t *testing.T) {
 	r := redistest.Start(t)
 	d, _ := newAllotDispatcher(t, r, "20ms")
-	var allowed, local atomic.Int64
-	var wg sync.WaitGroup
-	for c := range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 40 {
-				o := decide(t, d, `{"op":"take","policy":"hot","subject":"x","cost":`+strconv.Itoa(1+c%2)+`}`)
-				if o.Failed() {
-					t.Errorf("take failed: %+v", o)
-					return
-				}
-				if o.Allowed {
-					allowed.Add(int64(1 + c%2))
-				}
-				if o.Allotted {
-					local.Add(1)
-				}
+	for _, p := range []string{"hot", "month", "slide", "bucket"} {
+		t.Run(p, func(t *testing.T) {
+			var allowed, local atomic.Int64
+			var wg sync.WaitGroup
+			for c := range 50 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 40 {
+						o := decide(t, d, `{"op":"take","policy":"`+p+`","subject":"x","cost":`+strconv.Itoa(1+c%2)+`}`)
+						if o.Failed() {
+							t.Errorf("take failed: %+v", o)
+							return
+						}
+						if o.Allowed {
+							allowed.Add(int64(1 + c%2))
+						}
+						if o.Allotted {
+							local.Add(1)
+						}
+					}
+				}()
 			}
-		}()
-	}
-	wg.Wait()
-	if allowed.Load() > 1000 {
-		t.Fatalf("%d units allowed, over the limit of 1000", allowed.Load())
-	}
-	if local.Load() == 0 {
-		t.Fatal("no take was answered from the allotment")
-	}
-	waitFor(t, "the allotment to be given back", func() bool {
-		return redisUsed(t, r, "hot", "x") == allowed.Load() && gaugeOf(t, d.allot.m.held, "hot") == 0
-	})
-	if lost := counterOf(t, d.allot.m.lost, "hot"); lost != 0 {
-		t.Fatalf("%v units lost", lost)
+			wg.Wait()
+			if allowed.Load() > 1000 {
+				t.Fatalf("%d units allowed, over the limit of 1000", allowed.Load())
+			}
+			if local.Load() == 0 {
+				t.Fatal("no take was answered from the allotment")
+			}
+			waitFor(t, "the allotment to be given back", func() bool {
+				o := decide(t, d, `{"op":"peek","policy":"`+p+`","subject":"x"}`)
+				return o.Used == allowed.Load() && gaugeOf(t, d.allot.m.held, p) == 0
+			})
+			if lost := counterOf(t, d.allot.m.lost, p); lost != 0 {
+				t.Fatalf("%v units lost", lost)
+			}
+		})
 	}
 }
 
@@ -219,5 +240,82 @@ func TestAllotmentWhileRedisIsDown(t *testing.T) {
 	}
 	if o := decide(t, d, `{"op":"take","policy":"open","subject":"a","cost":900}`); !o.Degraded || !o.Allowed {
 		t.Fatalf("take beyond the allotment, on_unavailable allow = %+v, want degraded", o)
+	}
+}
+
+// The embedded store runs the reservations and returns as Redis does.
+// (Its sliding window, whose arithmetic gopher-lua runs about a second a
+// call on an hour's window, would outlast --redis-timeout; its reservation
+// is tested against redis-server.)
+func TestAllotmentOnTheEmbeddedStore(t *testing.T) {
+	st, err := store.OpenStore(store.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	waitFor(t, "the embedded store to be up", st.Up)
+	d := New(Options{Store: st, Config: allotConfig(t, "10ms"), Logger: zaptest.NewLogger(t), KeyPrefix: "qt:"})
+	t.Cleanup(d.Close)
+	for _, p := range []string{"hot", "month", "bucket"} {
+		for range 5 {
+			if o := decide(t, d, `{"op":"take","policy":"`+p+`","subject":"e","cost":2}`); !o.Allowed || o.Failed() {
+				t.Fatalf("%s: take = %+v", p, o)
+			}
+		}
+		waitFor(t, p+"'s units to go back", func() bool {
+			return decide(t, d, `{"op":"peek","policy":"`+p+`","subject":"e"}`).Used == 10
+		})
+	}
+}
+
+// The control law asks for the takes waiting and a tenth of a second of
+// the rate, at least the take's cost and at most the quota.
+func TestAllotWant(t *testing.T) {
+	for _, tc := range []struct {
+		rate                       float64
+		waiting, cost, quota, want int64
+	}{
+		{0, 1, 1, 1000, 1},           // no rate yet: the take itself
+		{0, 7, 2, 1000, 7},           // and those waiting
+		{1000, 1, 1, 1000, 101},      // 100 ms of 1000 a second
+		{0.5, 1, 1, 1000, 2},         // a fraction of a unit is a unit
+		{1e9, 1, 1, 1000, 1000},      // never more than the quota
+		{0, 0, 3, 1000, 3},           // at least the cost
+		{20_000, 4, 4, 50_000, 2004}, // a hot key
+	} {
+		if got := allotWant(tc.rate, tc.waiting, tc.cost, tc.quota); got != tc.want {
+			t.Errorf("allotWant(%v, %d, %d, %d) = %d, want %d", tc.rate, tc.waiting, tc.cost, tc.quota, got, tc.want)
+		}
+	}
+}
+
+// The rate follows a burst at once and halves its distance at each
+// sample.
+func TestNextRate(t *testing.T) {
+	r := nextRate(0, 100, 100*time.Millisecond)
+	if r != 1000 {
+		t.Fatalf("first sample: %v, want 1000", r)
+	}
+	if r = nextRate(r, 0, 100*time.Millisecond); r != 500 {
+		t.Fatalf("after a lull: %v, want 500", r)
+	}
+	if r = nextRate(r, 300, 100*time.Millisecond); r != 1750 {
+		t.Fatalf("after a burst: %v, want 1750", r)
+	}
+}
+
+// The decision log marks a take answered from an allotment as local.
+func TestAllotmentDecisionLogSaysLocal(t *testing.T) {
+	r := redistest.Start(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	d := New(Options{Store: openStore(t, r), Config: allotConfig(t, "1m"), LogDecisions: LogDecisionsAll, Logger: zap.New(core), KeyPrefix: "qt:"})
+	t.Cleanup(d.Close)
+	o := decide(t, d, `{"op":"take","policy":"hot","subject":"log"}`)
+	if !o.Allotted {
+		t.Fatalf("take = %+v", o)
+	}
+	lines := logs.FilterLoggerName("decision").All()
+	if len(lines) != 1 || lines[0].ContextMap()[keyLocal] != true {
+		t.Fatalf("decision log %v, want one line with local true", lines)
 	}
 }

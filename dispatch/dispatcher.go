@@ -316,13 +316,13 @@ func (d *Dispatcher) Run(dec *Decision) {
 			c := &dec.checks[i]
 			c.denyGen = d.deny.generation(c.key)
 		}
+		if req.RequestID == "" && d.allotted(dec) {
+			return
+		}
 		if req.RequestID == "" && d.localDenied(dec) {
 			// Known to be denied: this answer holds while Redis is down too.
 			d.metrics.localDenials.Inc()
 			d.finish(dec)
-			return
-		}
-		if d.allotted(dec) {
 			return
 		}
 	}

@@ -56,25 +56,37 @@ var (
 	calendarReserveBody string
 	//go:embed window_return.lua
 	windowReturnBody string
+	//go:embed sliding_window_reserve.lua
+	slidingWindowReserveBody string
+	//go:embed sliding_window_return.lua
+	slidingWindowReturnBody string
+	//go:embed token_bucket_reserve.lua
+	tokenBucketReserveBody string
+	//go:embed token_bucket_return.lua
+	tokenBucketReturnBody string
 
-	fixedWindowTake     = newScript("fixed_window_take.lua", fixedWindowTakeBody, &fixedWindowTakeContract)
-	fixedWindowPeek     = newScript("fixed_window_peek.lua", fixedWindowPeekBody, &fixedWindowPeekContract)
-	fixedWindowSettle   = newScript("fixed_window_settle.lua", fixedWindowSettleBody, &fixedWindowSettleContract)
-	tokenBucketTake     = newScript("token_bucket_take.lua", tokenBucketTakeBody, &tokenBucketTakeContract)
-	tokenBucketPeek     = newScript("token_bucket_peek.lua", tokenBucketPeekBody, &tokenBucketPeekContract)
-	tokenBucketSettle   = newScript("token_bucket_settle.lua", tokenBucketSettleBody, &tokenBucketSettleContract)
-	concurrencyTake     = newScript("concurrency_take.lua", concurrencyTakeBody, &concurrencyTakeContract)
-	concurrencyPeek     = newScript("concurrency_peek.lua", concurrencyPeekBody, &concurrencyPeekContract)
-	concurrencyRelease  = newScript("concurrency_release.lua", concurrencyReleaseBody, &concurrencyReleaseContract)
-	slidingWindowTake   = newScript("sliding_window_take.lua", slidingWindowTakeBody, &slidingWindowTakeContract)
-	slidingWindowPeek   = newScript("sliding_window_peek.lua", slidingWindowPeekBody, &slidingWindowPeekContract)
-	slidingWindowSettle = newScript("sliding_window_settle.lua", slidingWindowSettleBody, &slidingWindowSettleContract)
-	calendarTake        = newScript("calendar_take.lua", calendarTakeBody, &calendarTakeContract)
-	calendarPeek        = newScript("calendar_peek.lua", calendarPeekBody, &calendarPeekContract)
-	calendarSettle      = newScript("calendar_settle.lua", calendarSettleBody, &calendarSettleContract)
-	fixedWindowReserve  = newScript("fixed_window_reserve.lua", fixedWindowReserveBody, &fixedWindowReserveContract)
-	calendarReserve     = newScript("calendar_reserve.lua", calendarReserveBody, &calendarReserveContract)
-	windowReturn        = newScript("window_return.lua", windowReturnBody, &windowReturnContract)
+	fixedWindowTake      = newScript("fixed_window_take.lua", fixedWindowTakeBody, &fixedWindowTakeContract)
+	fixedWindowPeek      = newScript("fixed_window_peek.lua", fixedWindowPeekBody, &fixedWindowPeekContract)
+	fixedWindowSettle    = newScript("fixed_window_settle.lua", fixedWindowSettleBody, &fixedWindowSettleContract)
+	tokenBucketTake      = newScript("token_bucket_take.lua", tokenBucketTakeBody, &tokenBucketTakeContract)
+	tokenBucketPeek      = newScript("token_bucket_peek.lua", tokenBucketPeekBody, &tokenBucketPeekContract)
+	tokenBucketSettle    = newScript("token_bucket_settle.lua", tokenBucketSettleBody, &tokenBucketSettleContract)
+	concurrencyTake      = newScript("concurrency_take.lua", concurrencyTakeBody, &concurrencyTakeContract)
+	concurrencyPeek      = newScript("concurrency_peek.lua", concurrencyPeekBody, &concurrencyPeekContract)
+	concurrencyRelease   = newScript("concurrency_release.lua", concurrencyReleaseBody, &concurrencyReleaseContract)
+	slidingWindowTake    = newScript("sliding_window_take.lua", slidingWindowTakeBody, &slidingWindowTakeContract)
+	slidingWindowPeek    = newScript("sliding_window_peek.lua", slidingWindowPeekBody, &slidingWindowPeekContract)
+	slidingWindowSettle  = newScript("sliding_window_settle.lua", slidingWindowSettleBody, &slidingWindowSettleContract)
+	calendarTake         = newScript("calendar_take.lua", calendarTakeBody, &calendarTakeContract)
+	calendarPeek         = newScript("calendar_peek.lua", calendarPeekBody, &calendarPeekContract)
+	calendarSettle       = newScript("calendar_settle.lua", calendarSettleBody, &calendarSettleContract)
+	fixedWindowReserve   = newScript("fixed_window_reserve.lua", fixedWindowReserveBody, &fixedWindowReserveContract)
+	calendarReserve      = newScript("calendar_reserve.lua", calendarReserveBody, &calendarReserveContract)
+	windowReturn         = newScript("window_return.lua", windowReturnBody, &windowReturnContract)
+	slidingWindowReserve = newScript("sliding_window_reserve.lua", slidingWindowReserveBody, &slidingWindowReserveContract)
+	slidingWindowReturn  = newScript("sliding_window_return.lua", slidingWindowReturnBody, &slidingWindowReturnContract)
+	tokenBucketReserve   = newScript("token_bucket_reserve.lua", tokenBucketReserveBody, &tokenBucketReserveContract)
+	tokenBucketReturn    = newScript("token_bucket_return.lua", tokenBucketReturnBody, &tokenBucketReturnContract)
 )
 
 // An algorithm's scripts, by op, and the kind of its limits.
@@ -115,8 +127,8 @@ func (a *Args) checkLimits(k limitsKind) error {
 // (ReleaseCall).
 var algorithms = map[string]algorithm{
 	limits.FixedWindow:   {fixedWindowTake, fixedWindowPeek, fixedWindowSettle, windowLimits, fixedWindowReserve, windowReturn},
-	limits.SlidingWindow: {slidingWindowTake, slidingWindowPeek, slidingWindowSettle, windowLimits, nil, nil},
-	limits.TokenBucket:   {tokenBucketTake, tokenBucketPeek, tokenBucketSettle, bucketLimits, nil, nil},
+	limits.SlidingWindow: {slidingWindowTake, slidingWindowPeek, slidingWindowSettle, windowLimits, slidingWindowReserve, slidingWindowReturn},
+	limits.TokenBucket:   {tokenBucketTake, tokenBucketPeek, tokenBucketSettle, bucketLimits, tokenBucketReserve, tokenBucketReturn},
 	limits.Concurrency:   {concurrencyTake, concurrencyPeek, nil, leaseLimits, nil, nil},
 	limits.Calendar:      {calendarTake, calendarPeek, calendarSettle, calendarLimits, calendarReserve, windowReturn},
 }
@@ -161,9 +173,12 @@ type Args struct {
 	// left it may take, in parts per million; Seq numbers a holder's
 	// reservations (1..2^53-1), and with RequestID, the holder, names the
 	// reservation a return (ReturnCall) gives back to.
+	// Kept is the units the holder still holds of its earlier
+	// reservations of the key, which the record keeps for the return.
 	Want     int64
 	SharePPM int64
 	Seq      int64
+	Kept     int64
 }
 
 // TakeCall validates a take of algorithm (limits.FixedWindow, ...) and
@@ -274,6 +289,10 @@ func (s *script) check(a *Args) error {
 			if a.Seq < 1 || a.Seq > 1<<53-1 {
 				return &Error{Code: CodeInvalid, Message: "seq must be an integer from 1 to 2^53-1"}
 			}
+		case fieldKept:
+			if a.Kept < 0 || a.Kept > MaxLimit {
+				return &Error{Code: CodeInvalid, Message: "kept must be an integer from 0 to " + strconv.Itoa(MaxLimit)}
+			}
 		}
 	}
 	return nil
@@ -298,6 +317,7 @@ const (
 	fieldWant
 	fieldShare
 	fieldSeq
+	fieldKept
 	fieldEdge1 // and the next three
 )
 
@@ -305,7 +325,7 @@ const (
 var fields = map[string]field{
 	"limit": fieldLimit, "window": fieldWindow, "lease": fieldLease, "rate": fieldRate, "period": fieldPeriod,
 	"burst": fieldBurst, "cost": fieldCost, "maxids": fieldMaxIDs, "dedupe": fieldDedupe, "strict": fieldStrict,
-	"id": fieldID, "spec": fieldSpec, "want": fieldWant, "share": fieldShare, "seq": fieldSeq, "e1": fieldEdge1, "e2": fieldEdge1 + 1, "e3": fieldEdge1 + 2, "e4": fieldEdge1 + 3,
+	"id": fieldID, "spec": fieldSpec, "want": fieldWant, "share": fieldShare, "seq": fieldSeq, "kept": fieldKept, "e1": fieldEdge1, "e2": fieldEdge1 + 1, "e3": fieldEdge1 + 2, "e4": fieldEdge1 + 3,
 }
 
 // fieldsOf are the fields a contract's ARGV is written from, in order; a
@@ -357,6 +377,8 @@ func (a *Args) text(f field) string {
 		return decimal(a.SharePPM)
 	case fieldSeq:
 		return strconv.FormatInt(a.Seq, 10)
+	case fieldKept:
+		return strconv.FormatInt(a.Kept, 10)
 	}
 	return strconv.FormatInt(a.Periods.Edges[f-fieldEdge1], 10)
 }

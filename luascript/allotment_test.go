@@ -56,8 +56,8 @@ func TestReservationSize(t *testing.T) {
 			t.Fatalf("step %+v: valid_ms %d, reset_ms %d", step, r.ValidMS, r.ResetMS)
 		}
 	}
-	if h := e.hash(k); h["a:h"] != "1:1000" || h["used"] != "1000" {
-		t.Fatalf("hash %v: want the holder's record of 1000 units", h)
+	if h := e.hash(k); h["a:h"] != "1:855" || h["used"] != "1000" {
+		t.Fatalf("hash %v: want the holder's record of its last 855 units (it kept none)", h)
 	}
 
 	// Near the limit the share of what is left is below the cost: the
@@ -144,5 +144,89 @@ func TestCalendarReservation(t *testing.T) {
 	}
 	if h := e.hash(pk); h["used"] != "5" {
 		t.Fatalf("period after the return: %v", h)
+	}
+}
+
+// A bucket's reservation is a take of its tokens now; a return puts them
+// back, once, and never past a full bucket.
+func TestTokenBucketReservation(t *testing.T) {
+	e := setup(t)
+	b := slowBucket(e.tbKey("res"), 10, 1, "")
+	res := func(cost, want, share, seq int64) luascript.Args {
+		a := b
+		a.Cost, a.Want, a.SharePPM, a.RequestID, a.Seq = cost, want, share, "h", seq
+		return a
+	}
+	ret := func(cost, seq int64) luascript.Args {
+		return luascript.Args{Key: b.Key, TokenBucket: b.TokenBucket, Cost: cost, RequestID: "h", Seq: seq}
+	}
+	if r := e.reserve(limits.TokenBucket, res(1, 4, 1_000_000, 1)); r.Granted != 4 || r.Remaining != 6 || r.ValidMS <= 0 {
+		t.Fatalf("reserve: %+v", r)
+	}
+	for i, want := range []int64{3, 0, 0} {
+		if n := e.giveBack(limits.TokenBucket, ret(3, 1)); n != want {
+			t.Fatalf("return #%d gave back %d, want %d", i+1, n, want)
+		}
+	}
+	if r, err := luascript.Peek(t.Context(), e.c, limits.TokenBucket, luascript.Args{Key: b.Key, TokenBucket: b.TokenBucket}); err != nil || r.Remaining != 9 {
+		t.Fatalf("peek after the return: %+v, %v; want 9 tokens", r, err)
+	}
+	// Half of the 9 left, rounded down.
+	if r := e.reserve(limits.TokenBucket, res(1, 10, 500_000, 2)); r.Granted != 4 || r.Remaining != 5 {
+		t.Fatalf("reserve half: %+v", r)
+	}
+	if r := e.reserve(limits.TokenBucket, res(6, 6, 1_000_000, 3)); r.Granted != 0 || r.RetryAfterMS <= 0 {
+		t.Fatalf("a cost beyond the tokens left: %+v, want a denial", r)
+	}
+	// Everything back, and more than the bucket holds is never kept: a
+	// full bucket stays full.
+	e.giveBack(limits.TokenBucket, ret(4, 2))
+	if r, _ := luascript.Peek(t.Context(), e.c, limits.TokenBucket, luascript.Args{Key: b.Key, TokenBucket: b.TokenBucket}); r.Remaining != 9 {
+		t.Fatalf("peek: %+v, want 9", r)
+	}
+}
+
+// Under refill, reservations and returns in any order never let more
+// than burst + rate * elapsed / period tokens out of a bucket that started
+// full: elapsed is measured around every call, so it is at least Redis's.
+func TestTokenBucketReservationsNeverOver(t *testing.T) {
+	e := setup(t)
+	tb := luascript.TokenBucket{Rate: 100, PeriodMS: 1000, Burst: 10}
+	key := e.tbKey("never-over")
+	start := time.Now()
+	var out int64
+	for seq := int64(1); time.Since(start) < 300*time.Millisecond; seq++ {
+		r := e.reserve(limits.TokenBucket, luascript.Args{Key: key, TokenBucket: tb, Cost: 1, Want: 7, SharePPM: 800_000,
+			DedupeMS: tb.RefillMS(), RequestID: "h", Seq: seq})
+		out += r.Granted
+		if r.Granted > 1 && seq%3 == 0 {
+			back := r.Granted / 2
+			out -= e.giveBack(limits.TokenBucket, luascript.Args{Key: key, TokenBucket: tb, Cost: back, RequestID: "h", Seq: seq})
+		}
+		if limit := tb.Burst + tb.Rate*time.Since(start).Milliseconds()/tb.PeriodMS; out > limit {
+			t.Fatalf("%d tokens out after %v, more than %d", out, time.Since(start), limit)
+		}
+	}
+}
+
+// A sliding window's reservation counts in the current period; its
+// return lowers that period's count, once.
+func TestSlidingWindowReservation(t *testing.T) {
+	e := setup(t)
+	key := luascript.SlidingWindowKey(e.prefix, "pol", "res")
+	a := luascript.Args{Key: key, Limit: 10, WindowMS: limits.MaxWindowMS, Cost: 1, Want: 5, SharePPM: 1_000_000, RequestID: "h", Seq: 1}
+	if r := e.reserve(limits.SlidingWindow, a); r.Granted != 5 || r.Used != 5 || r.ValidMS <= 0 {
+		t.Fatalf("reserve: %+v", r)
+	}
+	if _, err := luascript.Take(t.Context(), e.c, limits.SlidingWindow, luascript.Args{Key: key, Limit: 10, WindowMS: limits.MaxWindowMS, Cost: 3, MaxRequestIDs: 10}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{4, 0} {
+		if n := e.giveBack(limits.SlidingWindow, luascript.Args{Key: key, Cost: 4, RequestID: "h", Seq: 1}); n != want {
+			t.Fatalf("return #%d gave back %d, want %d", i+1, n, want)
+		}
+	}
+	if h := e.hash(key); h["c"] != "4" || h["a:h"] != "" {
+		t.Fatalf("after the return: %v, want c 4 and no record", h)
 	}
 }

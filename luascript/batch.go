@@ -66,7 +66,8 @@ var batchFamilies = []struct {
 	{"take_checks", []*script{takeChecks, giveBack}},
 	// Reservations and returns of allotments: few, and sent alone by the
 	// dispatcher, but a batch may carry them like any script.
-	{"allotment", []*script{fixedWindowReserve, calendarReserve, windowReturn}},
+	{"allotment_windows", []*script{fixedWindowReserve, calendarReserve, windowReturn, slidingWindowReserve, slidingWindowReturn}},
+	{"allotment_token_bucket", []*script{tokenBucketReserve, tokenBucketReturn}},
 }
 
 // batches are the batch scripts, one a family; batchOf is the batch script

@@ -27,9 +27,9 @@ end
 local pttl = redis.call('PTTL', key)
 if pttl == -2 then
 --#include allot_grant left=limit
-  redis.call('HSET', key, 'used', g, 'policy', spec, 'ids', '0', field, seq_s .. ':' .. g)
+  redis.call('HSET', key, 'used', grant, 'policy', spec, 'ids', '0', field, seq_s .. ':' .. grant)
   redis.call('PEXPIRE', key, ttl)
-  return {g, g, limit - g, reset, 0, reset, 0, p}
+  return {grant, grant, limit - grant, reset, 0, reset, 0, p}
 end
 
 local used = dec(f[1], 0, MAX_LIMIT)
@@ -42,17 +42,19 @@ if pttl == -1 then
   healed = 1
 end
 
---#include allot_record at=3 what=window
+local kind = 'window'
+--#include allot_record at=3
 
 if used + cost > limit then
   return {0, used, limit > used and limit - used or 0, reset, reset, 0, healed, p}
 end
 --#include allot_grant left=(limit-used)
-used = used + g
-redis.call('HSET', key, 'used', used, 'policy', spec, field, seq_s .. ':' .. (held + g))
+used = used + grant
+local total = math.min(kept, held) + grant
+redis.call('HSET', key, 'used', used, 'policy', spec, field, seq_s .. ':' .. total)
 if f[2] ~= spec and healed == 0 then
   -- A named policy whose period or zone changed: the window ends with the
   -- period it now counts, as a take's does.
   redis.call('PEXPIRE', key, ttl)
 end
-return {g, used, limit - used, reset, 0, reset, healed, p}
+return {grant, used, limit - used, reset, 0, reset, healed, p}

@@ -141,8 +141,8 @@ var (
 // The contracts of a reservation and its return (docs/allotments.md): a
 // reservation takes between cost and want units, at most share (in parts
 // of SHARE_SCALE) of what is left, recorded under its holder (the id
-// argument) and seq; a return gives back cost units of the holder's
-// reservation seq. Only named policies have allotments: no strict.
+// argument) and seq with the kept units of its earlier one; a return
+// gives back cost units of the holder's reservation seq. Only named policies have allotments: no strict.
 var (
 	wantArgs = []arg{
 		num("want", "want", "1", "limit"),
@@ -154,11 +154,16 @@ var (
 		rule("want >= cost", "'want must be at least cost'"),
 		num("share", "max share", "1", "SHARE_SCALE"),
 	}
-	seqArg = num("seq", "seq", "1", "MAX_EXACT")
+	seqArg  = num("seq", "seq", "1", "MAX_EXACT")
+	keptArg = num("kept", "kept", "0", "MAX_LIMIT")
 
-	fixedWindowReserveContract = contract{1, argList(limitArg, windowArg, num("cost", "cost", "1", "limit"), wantArgs, idRequired, seqArg), oneByOne}
-	calendarReserveContract    = contract{3, argList(limitArg, num("cost", "cost", "1", "limit"), wantArgs, idRequired, seqArg, calendarArgs), oneByOne}
-	windowReturnContract       = contract{1, argList(settleCost, idRequired, seqArg), oneByOne}
+	fixedWindowReserveContract   = contract{1, argList(limitArg, windowArg, num("cost", "cost", "1", "limit"), wantArgs, idRequired, seqArg, keptArg), oneByOne}
+	slidingWindowReserveContract = fixedWindowReserveContract
+	calendarReserveContract      = contract{3, argList(limitArg, num("cost", "cost", "1", "limit"), wantArgs, idRequired, seqArg, keptArg, calendarArgs), oneByOne}
+	tokenBucketReserveContract   = contract{1, argList(bucketArgs, num("cost", "cost", "1", "burst"), bucketWantArgs, dedupeArg, idRequired, seqArg, keptArg), oneByOne}
+	windowReturnContract         = contract{1, argList(settleCost, idRequired, seqArg), oneByOne}
+	slidingWindowReturnContract  = windowReturnContract
+	tokenBucketReturnContract    = contract{1, argList(bucketArgs, settleCost, idRequired, seqArg), oneByOne}
 )
 
 // argv are the contract's arguments in ARGV order: all but its rules.

@@ -22,7 +22,7 @@ func TestEveryAlgorithmHasItsPieces(t *testing.T) {
 			continue
 		}
 		// An algorithm with allotments reserves and returns.
-		if alg.reserve != nil && !slices.Contains(limits.AllotmentAlgorithms, name) || (alg.reserve == nil) != (alg.ret == nil) {
+		if (alg.reserve != nil) != slices.Contains(limits.AllotmentAlgorithms, name) || (alg.reserve == nil) != (alg.ret == nil) {
 			t.Errorf("%s: reserve %v and return %v, allotments %v", name, alg.reserve != nil, alg.ret != nil,
 				slices.Contains(limits.AllotmentAlgorithms, name))
 		}
@@ -67,12 +67,12 @@ func TestCallsFollowTheirContracts(t *testing.T) {
 		Key: "k", Limit: 7, WindowMS: 60_000, LeaseMS: 30_000, TokenBucket: TokenBucket{Rate: 3, PeriodMS: 1000, Burst: 5},
 		Spec: "7:hour:UTC:monday:0", Cost: 2, RequestID: "id", Strict: true, MaxRequestIDs: 9, DedupeMS: 4000,
 		Periods: CalendarPeriods{Starts: [3]int64{1, 2, 3}, Edges: [4]int64{10, 20, 30, 40}},
-		Want:    6, SharePPM: 50_000, Seq: 11,
+		Want:    6, SharePPM: 50_000, Seq: 11, Kept: 3,
 	}
 	want := map[string]string{
 		"limit": "7", "window": "60000", "lease": "30000", "rate": "3", "period": "1000", "burst": "5", "cost": "2",
 		"maxids": "9", "dedupe": "4000", "strict": "1", "id": "id", "spec": a.Spec, "e1": "10", "e2": "20", "e3": "30", "e4": "40",
-		"want": "6", "share": "50000", "seq": "11",
+		"want": "6", "share": "50000", "seq": "11", "kept": "3",
 	}
 	for _, s := range scripts {
 		if s.c == nil {

@@ -132,6 +132,29 @@
 // (the window ended, it slid out, the bucket's horizon passed) or never
 // held is the no-op answer, settled 0.
 //
+// # Allotments
+//
+// A sidecar may reserve units of a window or bucket to hand out from
+// memory (docs/allotments.md, allotment.go): a reservation
+// (<algorithm>_reserve.lua) is one atomic take of between the take's
+// cost and the units wanted, at most max_share of what is left, and a
+// denial, writing nothing, when the cost does not fit. It records its
+// holder, the sidecar, in one field of the hash:
+//
+//	a:<holder>    "<seq>:<units>", the holder's latest reservation and the
+//	              units it may give back under it (a sliding window's adds
+//	              ":<start of the period they count in, ms>")
+//
+// A return (window_return.lua for fixed and calendar windows, whose
+// period key the caller names; sliding_window_return.lua,
+// token_bucket_return.lua) names (holder, seq), gives back at most the
+// record's units, and removes the record: a return sent again, or naming
+// an earlier seq, applies nothing. A window's used falls by them; a
+// sliding window's count of the period they counted in, while it counts;
+// a bucket's TAT moves back by their span, never before now. A return
+// never creates a key, never gives one a TTL, and writes nothing to a key
+// without one.
+//
 // # Several limits in one take
 //
 // take_checks.lua takes the checks of one take all or nothing: its script is

@@ -32,9 +32,9 @@ end
 local pttl = redis.call('PTTL', key)
 if pttl == -2 then
 --#include allot_grant left=limit
-  redis.call('HSET', key, 'used', g, 'policy', policy, 'ids', '0', field, seq_s .. ':' .. g)
+  redis.call('HSET', key, 'used', grant, 'policy', policy, 'ids', '0', field, seq_s .. ':' .. grant)
   redis.call('PEXPIRE', key, window)
-  return {g, g, limit - g, window, 0, window, 0, 0}
+  return {grant, grant, limit - grant, window, 0, window, 0, 0}
 end
 
 local used = dec(f[1], 0, MAX_LIMIT)
@@ -50,16 +50,18 @@ if pttl == -1 then
   pttl, healed = own, 1
 end
 
---#include allot_record at=3 what=window
+local kind = 'window'
+--#include allot_record at=3
 
 if used + cost > limit then
   return {0, used, limit > used and limit - used or 0, pttl, pttl, 0, healed, 0}
 end
 --#include allot_grant left=(limit-used)
-used = used + g
+used = used + grant
+local total = math.min(kept, held) + grant
 if f[2] == policy then
-  redis.call('HSET', key, 'used', used, field, seq_s .. ':' .. (held + g))
+  redis.call('HSET', key, 'used', used, field, seq_s .. ':' .. total)
 else
-  redis.call('HSET', key, 'used', used, 'policy', policy, field, seq_s .. ':' .. (held + g))
+  redis.call('HSET', key, 'used', used, 'policy', policy, field, seq_s .. ':' .. total)
 end
-return {g, used, limit - used, pttl, 0, pttl, healed, 0}
+return {grant, used, limit - used, pttl, 0, pttl, healed, 0}

@@ -25,6 +25,7 @@ var scripts = []*script{
 	fixedWindowSettle, slidingWindowSettle, calendarSettle, tokenBucketSettle,
 	takeChecks, giveBack,
 	fixedWindowReserve, calendarReserve, windowReturn,
+	slidingWindowReserve, slidingWindowReturn, tokenBucketReserve, tokenBucketReturn,
 }
 
 // sources are the scripts' texts, prelude included, as Redis holds them,

@@ -43,6 +43,13 @@ var (
 	// reservation 7, and one whose record of h is malformed.
 	reserved          = state{{"HSET", "K", "used", "3", "policy", "5:60000", "ids", "0", "a:h", "7:2"}}
 	reservedBadRecord = state{{"HSET", "K", "used", "3", "policy", "5:60000", "ids", "0", "a:h", "7"}}
+	// A bucket of 5 (1 a second) and a sliding window of 5 a minute, with
+	// 2 units reserved by holder h under its reservation 7, or a
+	// malformed record of it.
+	bucketReserved    = state{{"HSET", "K", "tat", "9000000000000000", "rem", "0", "policy", "1:1000:5", "a:h", "7:2"}}
+	bucketBadReserved = state{{"HSET", "K", "tat", "9000000000000000", "rem", "0", "policy", "1:1000:5", "a:h", "x"}}
+	slidingReserved   = state{{"HSET", "K", "s", "0", "c", "2", "p", "0", "policy", "5:60000", "ids", "0", "qh", "0", "qt", "0", "a:h", "7:2:0"}}
+	slidingBadReserve = state{{"HSET", "K", "s", "0", "c", "2", "p", "0", "policy", "5:60000", "ids", "0", "qh", "0", "qt", "0", "a:h", "7:2"}}
 )
 
 // Every refusal of every script leaves its key as it found it: the same
@@ -62,6 +69,10 @@ func TestRefusalsWriteNothing(t *testing.T) {
 		release = "concurrency_release.lua"
 		fwRes   = "fixed_window_reserve.lua"
 		wRet    = "window_return.lua"
+		tbRes   = "token_bucket_reserve.lua"
+		tbRet   = "token_bucket_return.lua"
+		swRes   = "sliding_window_reserve.lua"
+		swRet   = "sliding_window_return.lua"
 	)
 	cases := []struct {
 		name   string
@@ -128,16 +139,16 @@ func TestRefusalsWriteNothing(t *testing.T) {
 		{"release: other fields", release, leasesOtherField, []string{"old"}, "WRONGTYPE", false},
 		{"release: a string", release, aString, []string{"a"}, "WRONGTYPE", false},
 
-		{"fw reserve: want below cost", fwRes, reserved, []string{"5", "60000", "2", "1", "50000", "h", "8"}, "INVALID", false},
-		{"fw reserve: want above limit", fwRes, reserved, []string{"5", "60000", "1", "6", "50000", "h", "8"}, "INVALID", false},
-		{"fw reserve: share 0", fwRes, reserved, []string{"5", "60000", "1", "1", "0", "h", "8"}, "INVALID", false},
-		{"fw reserve: share above 1", fwRes, reserved, []string{"5", "60000", "1", "1", "1000001", "h", "8"}, "INVALID", false},
-		{"fw reserve: no holder", fwRes, reserved, []string{"5", "60000", "1", "1", "50000", "", "8"}, "INVALID", false},
-		{"fw reserve: seq 0", fwRes, reserved, []string{"5", "60000", "1", "1", "50000", "h", "0"}, "INVALID", false},
-		{"fw reserve: invalid on no key", fwRes, noKey, []string{"5", "60000", "1", "1", "50000", "h", "x"}, "INVALID", false},
-		{"fw reserve: malformed record", fwRes, reservedBadRecord, []string{"5", "60000", "1", "1", "50000", "h", "8"}, "WRONGTYPE", true},
-		{"fw reserve: other fields", fwRes, otherMap, []string{"5", "60000", "1", "1", "50000", "h", "8"}, "WRONGTYPE", false},
-		{"fw reserve: a string", fwRes, aString, []string{"5", "60000", "1", "1", "50000", "h", "8"}, "WRONGTYPE", false},
+		{"fw reserve: want below cost", fwRes, reserved, []string{"5", "60000", "2", "1", "50000", "h", "8", "0"}, "INVALID", false},
+		{"fw reserve: want above limit", fwRes, reserved, []string{"5", "60000", "1", "6", "50000", "h", "8", "0"}, "INVALID", false},
+		{"fw reserve: share 0", fwRes, reserved, []string{"5", "60000", "1", "1", "0", "h", "8", "0"}, "INVALID", false},
+		{"fw reserve: share above 1", fwRes, reserved, []string{"5", "60000", "1", "1", "1000001", "h", "8", "0"}, "INVALID", false},
+		{"fw reserve: no holder", fwRes, reserved, []string{"5", "60000", "1", "1", "50000", "", "8", "0"}, "INVALID", false},
+		{"fw reserve: seq 0", fwRes, reserved, []string{"5", "60000", "1", "1", "50000", "h", "0", "0"}, "INVALID", false},
+		{"fw reserve: invalid on no key", fwRes, noKey, []string{"5", "60000", "1", "1", "50000", "h", "x", "0"}, "INVALID", false},
+		{"fw reserve: malformed record", fwRes, reservedBadRecord, []string{"5", "60000", "1", "1", "50000", "h", "8", "0"}, "WRONGTYPE", true},
+		{"fw reserve: other fields", fwRes, otherMap, []string{"5", "60000", "1", "1", "50000", "h", "8", "0"}, "WRONGTYPE", false},
+		{"fw reserve: a string", fwRes, aString, []string{"5", "60000", "1", "1", "50000", "h", "8", "0"}, "WRONGTYPE", false},
 		{"return: cost above limit", wRet, reserved, []string{"1000000001", "h", "7"}, "INVALID", false},
 		{"return: more than reserved", wRet, reserved, []string{"3", "h", "7"}, "INVALID", false},
 		{"return: no holder", wRet, reserved, []string{"1", "", "7"}, "INVALID", false},
@@ -145,6 +156,24 @@ func TestRefusalsWriteNothing(t *testing.T) {
 		{"return: malformed record", wRet, reservedBadRecord, []string{"1", "h", "7"}, "WRONGTYPE", false},
 		{"return: other fields", wRet, state{{"HSET", "K", "used", "x", "a:h", "7:2"}}, []string{"1", "h", "7"}, "WRONGTYPE", false},
 		{"return: a string", wRet, aString, []string{"1", "h", "7"}, "WRONGTYPE", false},
+
+		{"tb reserve: want above burst", tbRes, bucketReserved, []string{"1", "1000", "5", "1", "6", "50000", "1000", "h", "8", "0"}, "INVALID", false},
+		{"tb reserve: kept negative", tbRes, bucketReserved, []string{"1", "1000", "5", "1", "1", "50000", "1000", "h", "8", "-1"}, "INVALID", false},
+		{"tb reserve: malformed record", tbRes, bucketBadReserved, []string{"1", "1000", "5", "1", "1", "50000", "1000", "h", "8", "0"}, "WRONGTYPE", true},
+		{"tb reserve: other fields", tbRes, otherMap, []string{"1", "1000", "5", "1", "1", "50000", "1000", "h", "8", "0"}, "WRONGTYPE", false},
+		{"tb reserve: a string", tbRes, aString, []string{"1", "1000", "5", "1", "1", "50000", "1000", "h", "8", "0"}, "WRONGTYPE", false},
+		{"tb return: more than reserved", tbRet, bucketReserved, []string{"1", "1000", "5", "3", "h", "7"}, "INVALID", false},
+		{"tb return: burst 0", tbRet, bucketReserved, []string{"1", "1000", "0", "1", "h", "7"}, "INVALID", false},
+		{"tb return: malformed record", tbRet, bucketBadReserved, []string{"1", "1000", "5", "1", "h", "7"}, "WRONGTYPE", false},
+		{"tb return: a string", tbRet, aString, []string{"1", "1000", "5", "1", "h", "7"}, "WRONGTYPE", false},
+		{"sw reserve: share 0", swRes, slidingReserved, []string{"5", "60000", "1", "1", "0", "h", "8", "0"}, "INVALID", false},
+		{"sw reserve: malformed record", swRes, slidingBadReserve, []string{"5", "60000", "1", "1", "50000", "h", "8", "0"}, "WRONGTYPE", true},
+		{"sw reserve: other fields", swRes, otherMap, []string{"5", "60000", "1", "1", "50000", "h", "8", "0"}, "WRONGTYPE", false},
+		{"sw reserve: a string", swRes, aString, []string{"5", "60000", "1", "1", "50000", "h", "8", "0"}, "WRONGTYPE", false},
+		{"sw return: more than reserved", swRet, slidingReserved, []string{"3", "h", "7"}, "INVALID", false},
+		{"sw return: malformed record", swRet, slidingBadReserve, []string{"1", "h", "7"}, "WRONGTYPE", false},
+		{"sw return: other fields", swRet, state{{"HSET", "K", "name", "bob", "a:h", "7:2:0"}}, []string{"1", "h", "7"}, "WRONGTYPE", false},
+		{"sw return: a string", swRet, aString, []string{"1", "h", "7"}, "WRONGTYPE", false},
 	}
 	for _, tc := range cases {
 		for _, persist := range []bool{false, true} {

@@ -288,26 +288,30 @@ end
 
 --#piece allot_grant
 -- A reservation's size (reads cost, want, share and ${left}, what the
--- limit leaves now; makes g): what the sidecar wants, at most max_share of
--- what is left (in parts of SHARE_SCALE) and at least the take's cost, and
--- never more than is left. The caller has denied a cost that does not
--- fit. left * share stays below 2^53, and its quotient is at least
--- 1/SHARE_SCALE from the next integer unless it is one, so the floor is
--- exact.
-local g = math.floor(${left} * share / SHARE_SCALE)
-g = math.min(want, ${left}, math.max(cost, g))
+-- limit leaves now; makes grant): what the sidecar wants, at most
+-- max_share of what is left (in parts of SHARE_SCALE) and at least the
+-- take's cost, and never more than is left. The caller has denied a cost
+-- that does not fit. left * share stays below 2^53, and its quotient is at
+-- least 1/SHARE_SCALE from the next integer unless it is one, so the floor
+-- is exact.
+local grant = math.floor(${left} * share / SHARE_SCALE)
+grant = math.min(want, ${left}, math.max(cost, grant))
 
 --#piece allot_record
--- A reservation's record (reads f[${at}] the holder's record; makes held,
--- the units reserved under it in this window so far, or the WRONGTYPE
--- reply). One field a holder, "<seq>:<units>": a holder's later
--- reservation replaces its seq and adds its units, so the fields stay as
--- few as the sidecars.
-local held = 0
+-- A reservation's record (reads f[${at}] the holder's record and kind,
+-- what the key is; makes held, the units it records, and tail, what
+-- follows them, or the WRONGTYPE reply). One field a holder,
+-- "<seq>:<units>" (a sliding window's adds ":<period start>"): a holder's
+-- next reservation replaces it with its own seq, and its units with what
+-- it grants plus the units the holder kept of the earlier ones (kept, at
+-- most what the record held), so the fields stay as few as the sidecars
+-- and their numbers as small as what they hold.
+local held, tail = 0, ''
 if f[${at}] then
-  local rs, ru = string.match(f[${at}], '^(%d+):(%d+)$')
-  held = dec(ru, 1, MAX_LIMIT)
-  if not held or not dec(rs, 1, MAX_EXACT) then
-    return fail('WRONGTYPE', NOT_OURS .. '${what}: malformed reservation record', healed)
+  local rs, ru
+  rs, ru, tail = string.match(f[${at}], '^(%d+):(%d+)(.*)$')
+  held = dec(ru, 0, MAX_LIMIT)
+  if not held or not dec(rs, 1, MAX_EXACT) or tail ~= '' and not string.find(tail, '^:%d+$') then
+    return fail('WRONGTYPE', NOT_OURS .. kind .. ': malformed reservation record', healed)
   end
 end

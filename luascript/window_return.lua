@@ -33,8 +33,8 @@ local used = dec(f[1], 0, MAX_LIMIT)
 if not used then
   return fail('WRONGTYPE', NOT_OURS .. 'window: a hash with other fields')
 end
-local healed = 0
---#include allot_record at=2 what=window
+local healed, kind = 0, 'window'
+--#include allot_record at=2
 if string.match(f[2], '^(%d+):') ~= seq_s then
   return {0, used}
 end

@@ -26,9 +26,12 @@ import (
 // handed out goes back to the window it was taken in
 // (luascript.ReturnCall), once.
 //
-// The control law, per key: a reservation wants enough for
-// allotHorizon of the sidecar's recent rate on the key, plus the costs
-// of the takes waiting for it, at least the take's cost; the script
+// The control law, per key: a key whose recent rate brings fewer than
+// allotHotUnits in allotHorizon is cold, and its takes go to Redis as any
+// take (a cold key without units held has no allot: a counter per hash,
+// heat, tells when it turns hot). Otherwise a reservation wants enough for allotHorizon of the
+// rate, plus the costs of the takes waiting for it, at least the take's
+// cost; the script
 // caps it by max_share of what Redis says is left and by what is left,
 // and grants at least the take's cost or denies it. Near the limit what
 // is left is small, so a reservation shrinks to the take itself and
@@ -67,6 +70,37 @@ type allotShard struct {
 	mu     sync.Mutex
 	m      map[string]*allot
 	closed bool
+	// heat counts the recent units of keys that have no allot yet, a
+	// slot per hash: a key gets an allot, and a timer, only once it is
+	// hot, so a cold key costs a counter, not an entry.
+	heat [heatSlots]heat
+}
+
+// heatSlots are a shard's counters of cold keys: 16,384 in all, so that
+// keys sharing one seldom add up to a hot one.
+const heatSlots = 256
+
+// heat is the units taken on the keys of one slot since from, ns.
+type heat struct {
+	from  int64
+	units int64
+}
+
+// allotHeatWindow is how long a heat counter counts before it starts
+// again.
+const allotHeatWindow = time.Second
+
+// warm counts a take of cost at now, and reports the rate, in units a
+// second, of the units before it in the window, over at least
+// allotHorizon; 0 when none came.
+func (h *heat) warm(cost int64, now time.Time) float64 {
+	t := now.UnixNano()
+	if t-h.from >= int64(allotHeatWindow) {
+		h.from, h.units = t, 0
+	}
+	before := h.units
+	h.units += cost
+	return float64(before) / max(time.Duration(t-h.from), allotHorizon).Seconds()
 }
 
 // allot is what the sidecar holds of one key. Its fields are guarded by
@@ -114,8 +148,11 @@ func newAllotments(d *Dispatcher, reg *prometheus.Registry) *allotments {
 	return a
 }
 
-func (as *allotments) shard(key string) *allotShard {
-	return &as.shards[maphash.String(as.seed, key)%allotShards]
+// shard is key's shard, and its heat counter there.
+func (as *allotments) shard(key string) (*allotShard, *heat) {
+	h := maphash.String(as.seed, key)
+	sh := &as.shards[h%allotShards]
+	return sh, &sh.heat[(h/allotShards)%heatSlots]
 }
 
 // allotted answers dec from the allotment of its key when it can, or
@@ -135,15 +172,24 @@ func (d *Dispatcher) allotted(dec *Decision) bool {
 func (as *allotments) take(dec *Decision) bool {
 	c := &dec.checks[0]
 	cost, now := c.req.Cost, time.Now()
-	sh := as.shard(c.key)
+	sh, heat := as.shard(c.key)
 	sh.mu.Lock()
 	if sh.closed {
 		sh.mu.Unlock()
 		return false
 	}
 	a := sh.m[c.key]
-	if a == nil {
-		a = &allot{key: c.key, rateFrom: now}
+	fresh := a == nil
+	if fresh {
+		rate := heat.warm(cost, now)
+		if rate*allotHorizon.Seconds() < allotHotUnits {
+			// A cold key: a reservation would cover too few takes to pay
+			// for itself (and for the return of what it did not use).
+			// The take goes to Redis as any take, in the shared batch.
+			sh.mu.Unlock()
+			return false
+		}
+		a = &allot{key: c.key, rateFrom: now, rateUnits: cost, rate: rate}
 		sh.m[c.key] = a
 	}
 	if a.policy != c.limit.Policy || a.local == nil {
@@ -151,10 +197,21 @@ func (as *allotments) take(dec *Decision) bool {
 		a.local, a.gauge = as.m.local.WithLabelValues(a.policy), as.m.held.WithLabelValues(a.policy)
 	}
 	a.limit, a.idle = c.limit, time.Duration(c.limit.Allotment.IdleMS)*time.Millisecond
+	if fresh {
+		// The key is forgotten once idle without units held.
+		a.timer = time.AfterFunc(a.idle, func() { as.idle(sh, a) })
+	}
 	a.lastTake = now
-	a.rateUnits += cost
+	if !fresh {
+		a.observe(cost, now)
+	}
 	if as.fromHeld(sh, a, dec, cost, now) {
 		return true
+	}
+	if !a.busy && a.rate*allotHorizon.Seconds() < allotHotUnits {
+		// Cooled down: as a cold key's, until idle forgets it.
+		sh.mu.Unlock()
+		return false
 	}
 	if !a.busy {
 		// Not covered: a take the local denial knows Redis would deny
@@ -233,10 +290,6 @@ func (as *allotments) startReserve(a *allot, now time.Time) reservation {
 	if a.held > 0 && !now.Before(a.validUntil) {
 		as.lose(a, a.held)
 	}
-	if d := now.Sub(a.rateFrom); d >= time.Millisecond {
-		a.rate = nextRate(a.rate, a.rateUnits, d)
-		a.rateFrom, a.rateUnits = now, 0
-	}
 	var waiting int64
 	for _, w := range a.waiting {
 		waiting += w.checks[0].req.Cost
@@ -248,6 +301,27 @@ func (as *allotments) startReserve(a *allot, now time.Time) reservation {
 	args.Kept = a.held
 	return reservation{args: args, want: want,
 		algorithm: a.limit.Algorithm.Name(), policy: a.policy}
+}
+
+// allotHotUnits is the least a key's rate must bring in allotHorizon for
+// its takes to be answered from an allotment: below it (40 units a
+// second), a reservation would cover too few takes to pay for itself.
+const allotHotUnits = 4
+
+// observe counts a take of cost at now into a's rate. The rate is
+// folded every allotHorizon; between, once allotHotUnits came since the
+// last fold, their rate over the time since raises it at once, so that a
+// key turns hot within a few takes of a burst, and two takes close
+// together do not make it so.
+func (a *allot) observe(cost int64, now time.Time) {
+	elapsed := max(now.Sub(a.rateFrom), time.Millisecond)
+	if elapsed >= allotHorizon {
+		a.rate = nextRate(a.rate, a.rateUnits, elapsed)
+		a.rateFrom, a.rateUnits = now, 0
+	} else if a.rateUnits >= allotHotUnits {
+		a.rate = max(a.rate, float64(a.rateUnits)/elapsed.Seconds())
+	}
+	a.rateUnits += cost
 }
 
 // nextRate is the key's rate, in units a second, once units were taken

@@ -64,11 +64,14 @@ var batchFamilies = []struct {
 	{"sliding_window", []*script{slidingWindowTake, slidingWindowPeek, slidingWindowSettle}},
 	{"calendar", []*script{calendarTake, calendarPeek, calendarSettle}},
 	{"take_checks", []*script{takeChecks, giveBack}},
-	// Reservations and returns of allotments: few, and sent alone by the
-	// dispatcher, but a batch may carry them like any script.
-	{"allotment_windows", []*script{fixedWindowReserve, calendarReserve, windowReturn, slidingWindowReserve, slidingWindowReturn}},
-	{"allotment_token_bucket", []*script{tokenBucketReserve, tokenBucketReturn}},
 }
+
+// alone are the scripts no batch script carries: the reservations and
+// returns of allotments (allotment.go), a few a second per hot key, each
+// sent as its own script call. A batch script of them would only add to
+// what a node that lost its scripts is sent.
+var alone = []*script{fixedWindowReserve, calendarReserve, windowReturn, slidingWindowReserve, slidingWindowReturn,
+	tokenBucketReserve, tokenBucketReturn}
 
 // batches are the batch scripts, one a family; batchOf is the batch script
 // that decides each script's calls. A script in none is sent alone.

@@ -151,11 +151,6 @@ var durations = map[string][]int{
 	"sliding_window_settle.lua": {5, 6},
 	"calendar_settle.lua":       {5, 6},
 	"token_bucket_settle.lua":   {5, 6},
-	// A reservation's reset_ms, retry_after_ms and valid_ms.
-	"fixed_window_reserve.lua":   {3, 4, 5},
-	"calendar_reserve.lua":       {3, 4, 5},
-	"sliding_window_reserve.lua": {3, 4, 5},
-	"token_bucket_reserve.lua":   {3, 4, 5},
 }
 
 // sameReply fails unless two replies of script are the same: the same
@@ -293,17 +288,6 @@ func mixedBatch(t *testing.T, e *env, seed ...*env) ([]luascript.Call, []string)
 	}
 	full := args(fw, 3, 1, "c")
 	full.MaxRequestIDs = 1
-	resKey := e.key("res")
-	res := func(key string, cost, want, seq int64) luascript.Args {
-		return luascript.Args{Key: key, Limit: 3, WindowMS: minute, Cost: cost, Want: want, SharePPM: 1_000_000, RequestID: "h", Seq: seq}
-	}
-	swResKey, tbResKey := luascript.SlidingWindowKey(e.prefix, "pol", "swres"), e.tbKey("tbres")
-	swRes := luascript.Args{Key: swResKey, Limit: 3, WindowMS: limits.MaxWindowMS, Cost: 1, Want: 2, SharePPM: 1_000_000, RequestID: "h", Seq: 1}
-	tbRes := func(cost, want, seq int64) luascript.Args {
-		return luascript.Args{Key: tbResKey, TokenBucket: hourly, Cost: cost, Want: want, SharePPM: 1_000_000, DedupeMS: 600_000, RequestID: "h", Seq: seq}
-	}
-	calRes := luascript.Args{Key: luascript.CalendarKey(e.prefix, "pol", "calres"), Spec: cal.Spec, Limit: cal.Limit, Periods: cal.Periods,
-		Cost: 1, Want: 2, SharePPM: 500_000, RequestID: "h", Seq: 1}
 	strict := args(fw, 4, 1, "")
 	strict.Strict = true
 
@@ -370,24 +354,8 @@ func mixedBatch(t *testing.T, e *env, seed ...*env) ([]luascript.Call, []string)
 		takeOfChecks(t, "m1", []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args(mfw, 2, 1, "m1"))), m(luascript.TakeCall(limits.TokenBucket, mtb(1, "m1")))}),
 		takeOfChecks(t, "m1", []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args(mfw, 2, 1, "m1"))), m(luascript.TakeCall(limits.TokenBucket, mtb(1, "m1")))}),
 		takeOfChecks(t, "m2", []luascript.Call{m(luascript.TakeCall(limits.FixedWindow, args(mfw, 2, 1, "m2"))), m(luascript.TakeCall(limits.TokenBucket, mtb(2, "m2")))}),
-
-		// Reservations of allotments: granted, denied, given back, given
-		// back again, invalid.
-		m(luascript.ReserveCall(limits.FixedWindow, res(resKey, 1, 3, 1))),
-		m(luascript.ReserveCall(limits.FixedWindow, res(resKey, 2, 2, 2))),
-		m(luascript.ReturnCall(limits.FixedWindow, luascript.Args{Key: resKey, Cost: 1, RequestID: "h", Seq: 1})),
-		m(luascript.ReturnCall(limits.FixedWindow, luascript.Args{Key: resKey, Cost: 1, RequestID: "h", Seq: 1})),
-		raw(t, "fixed_window_reserve.lua", []string{resKey}, "3", "60000", "2", "1", "50000", "h", "3"),
-		m(luascript.ReserveCall(limits.Calendar, calRes)),
-		m(luascript.ReserveCall(limits.Calendar, calRes)),
-		m(luascript.ReserveCall(limits.SlidingWindow, swRes)),
-		m(luascript.ReturnCall(limits.SlidingWindow, luascript.Args{Key: swResKey, Cost: 1, RequestID: "h", Seq: 1})),
-		m(luascript.ReserveCall(limits.TokenBucket, tbRes(1, 2, 1))),
-		m(luascript.ReserveCall(limits.TokenBucket, tbRes(1, 1, 2))), // denied: the bucket is empty
-		m(luascript.ReturnCall(limits.TokenBucket, luascript.Args{Key: tbResKey, TokenBucket: hourly, Cost: 2, RequestID: "h", Seq: 1})),
-		m(luascript.ReturnCall(limits.TokenBucket, luascript.Args{Key: tbResKey, TokenBucket: hourly, Cost: 2, RequestID: "h", Seq: 1})),
 	}
-	return calls, []string{fw, nottl, tbKey, tbMinute, tbDeep, ccKey, swKey, mfw, mtbKey, resKey, swResKey, tbResKey}
+	return calls, []string{fw, nottl, tbKey, tbMinute, tbDeep, ccKey, swKey, mfw, mtbKey}
 }
 
 // takeOfChecks is the call of a take of several limits, the checks' calls built

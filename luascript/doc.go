@@ -153,7 +153,8 @@
 // sliding window's count of the period they counted in, while it counts;
 // a bucket's TAT moves back by their span, never before now. A return
 // never creates a key, never gives one a TTL, and writes nothing to a key
-// without one.
+// without one. Reservations and returns are in no batch script (alone, in
+// batch.go): each is sent as its own script call.
 //
 // # Several limits in one take
 //

@@ -48,8 +48,9 @@ var (
 	// malformed record of it.
 	bucketReserved    = state{{"HSET", "K", "tat", "9000000000000000", "rem", "0", "policy", "1:1000:5", "a:h", "7:2"}}
 	bucketBadReserved = state{{"HSET", "K", "tat", "9000000000000000", "rem", "0", "policy", "1:1000:5", "a:h", "x"}}
-	slidingReserved   = state{{"HSET", "K", "s", "0", "c", "2", "p", "0", "policy", "5:60000", "ids", "0", "qh", "0", "qt", "0", "a:h", "7:2:0"}}
-	slidingBadReserve = state{{"HSET", "K", "s", "0", "c", "2", "p", "0", "policy", "5:60000", "ids", "0", "qh", "0", "qt", "0", "a:h", "7:2"}}
+	// The window's period starts far ahead, so that one healed lives on.
+	slidingReserved   = state{{"HSET", "K", "s", "99999999960000", "c", "2", "p", "0", "policy", "5:60000", "ids", "0", "qh", "0", "qt", "0", "a:h", "7:2:99999999960000"}}
+	slidingBadReserve = state{{"HSET", "K", "s", "99999999960000", "c", "2", "p", "0", "policy", "5:60000", "ids", "0", "qh", "0", "qt", "0", "a:h", "7:2"}}
 )
 
 // Every refusal of every script leaves its key as it found it: the same

@@ -127,6 +127,8 @@ export interface TakeReply {
   shadow_allowed?: boolean;
   /** Only when Redis could not decide and the policy's on_unavailable did. */
   degraded?: true;
+  /** Only when allowed from units the sidecar reserved (an allotment). */
+  local?: true;
   /** Only when asked with { headers: true }. */
   headers?: RateLimitHeaders;
 }

@@ -138,6 +138,7 @@ class TakeReply(_TakeFields, total=False):
     shadow: bool
     shadow_allowed: bool
     degraded: bool
+    local: bool
     headers: RateLimitHeaders
 
 

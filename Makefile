@@ -32,6 +32,7 @@ test: test-deps lint ## every test, with the race detector, plus a short fuzz ru
 fuzz: ## run each codec fuzz target for FUZZTIME executions (default 200000x; a duration such as 5m also works)
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./protocol/
 	$(GO) test -run='^$$' -fuzz='^FuzzLineReader$$' -fuzztime=$(FUZZTIME) ./protocol/
+	$(GO) test -run='^$$' -fuzz='^FuzzRequest$$' -fuzztime=$(FUZZTIME) ./rls/
 
 bench: build ## measure quotad against an in-process client on a private redis-server (BENCH_DURATION=5s BENCH_ROUNDS=3; BENCH_ROWS=regexp measures only those rows; BASELINE=path measures a second build beside it)
 	$(GO) run ./integration/bench -quotad $(BIN) $(if $(BASELINE),-baseline $(BASELINE))

@@ -86,3 +86,73 @@ func TestCheck(t *testing.T) {
 		}
 	}
 }
+
+// quotad check --rls-config reads envoyproxy/ratelimit's descriptors as
+// serve does, a file or a directory, and with --config checks the
+// quotad_policy names against the policy file.
+func TestCheckRLS(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("rls/edge.yaml", "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n")
+	write("rls/api.yaml", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {quotad_policy: per-user}\n")
+	rlsDir := filepath.Join(dir, "rls")
+	out, stderr, code := runCLI(t, "check", "--rls-config", rlsDir)
+	if code != exitOK || out != "2 rls domains ok\n" ||
+		stderr != "quotad: warning: "+rlsDir+": quotad_policy not checked without --config: per-user\n" {
+		t.Fatalf("check rls: code %d, out %q, stderr %q", code, out, stderr)
+	}
+	t.Setenv("QUOTAD_RLS_CONFIG", filepath.Join(rlsDir, "edge.yaml"))
+	if out, stderr, code := runCLI(t, "check"); code != exitOK || out != "1 rls domain ok\n" || stderr != "" {
+		t.Fatalf("check with QUOTAD_RLS_CONFIG: code %d, out %q, stderr %q", code, out, stderr)
+	}
+	t.Setenv("QUOTAD_RLS_CONFIG", "")
+
+	policies := write("quotad.yaml", "policies:\n  per-user:\n    algorithm: token_bucket\n    rate: 10\n    period: 1s\n    burst: 20\n")
+	if out, stderr, code := runCLI(t, "check", "--config", policies, "--rls-config", rlsDir); code != exitOK ||
+		out != "1 policy ok\n2 rls domains ok\n" || stderr != "" {
+		t.Fatalf("check both: code %d, out %q, stderr %q", code, out, stderr)
+	}
+	other := write("other.yaml", "policies:\n  api:\n    limit: 1\n    window: 1s\n")
+	apiFile := filepath.Join(rlsDir, "api.yaml")
+	out, stderr, code = runCLI(t, "check", "--config", other, "--rls-config", rlsDir)
+	want := apiFile + `:4: domain "api": descriptors[0] (key "user") > rate_limit: quotad_policy: no policy "per-user" in the policy file` + "\n" +
+		"quotad: " + rlsDir + ": 1 problem\n"
+	if code != exitError || out != "1 policy ok\n" || stderr != want {
+		t.Fatalf("check a missing policy: code %d, out %q, stderr:\n%s\nwant:\n%s", code, out, stderr, want)
+	}
+
+	bad := write("bad.yaml", "domain: edge\ndescriptors:\n"+
+		"  - key: remote_address\n"+
+		"    descriptors:\n"+
+		"      - key: path\n"+
+		"        rate_limit: {unit: fortnight, requests_per_unit: 1}\n"+
+		"  - key: remote_address\n"+
+		"    ratelimit: {}\n")
+	out, stderr, code = runCLI(t, "check", "--rls-config", bad)
+	want = bad + `:6: domain "edge": descriptors[0] (key "remote_address") > descriptors[0] (key "path") > rate_limit: unit: unknown unit "fortnight": one of second, minute, hour, day, week, month, year` + "\n" +
+		bad + `:7: domain "edge": descriptors[1] (key "remote_address"): key "remote_address" without a value given twice at this level (first at line 3)` + "\n" +
+		bad + `:8: domain "edge": descriptors[1] (key "remote_address"): unknown key "ratelimit"` + "\n" +
+		"quotad: " + bad + ": 3 problems\n"
+	if code != exitError || out != "" || stderr != want {
+		t.Fatalf("check bad: code %d, out %q, stderr:\n%s\nwant:\n%s", code, out, stderr, want)
+	}
+	// A bad policy file stops before the descriptors are read.
+	if _, stderr, code := runCLI(t, "check", "--config", write("list.yaml", "- x\n"), "--rls-config", rlsDir); code != exitError ||
+		strings.Contains(stderr, "rls") {
+		t.Fatalf("bad policy file: code %d, stderr %q", code, stderr)
+	}
+	if _, stderr, code := runCLI(t, "check", "--rls-config", filepath.Join(dir, "missing")); code != exitError ||
+		!strings.Contains(stderr, "--rls-config: read rls config: stat "+filepath.Join(dir, "missing")) {
+		t.Fatalf("missing: code %d, stderr %q", code, stderr)
+	}
+}

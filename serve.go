@@ -14,6 +14,7 @@ import (
 
 	"quotad/dispatch"
 	"quotad/policy"
+	"quotad/rls/descriptors"
 	"quotad/sidecar"
 	"quotad/store"
 	"quotad/tracing"
@@ -47,6 +48,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "http-addr", EnvVars: []string{"QUOTAD_HTTP_ADDR"}, Usage: "host:port serving /metrics, /healthz, /readyz and /redisz; empty serves no HTTP"},
 		&cli.StringFlag{Name: "log-decisions", Value: dispatch.LogDecisionsNone, EnvVars: []string{"QUOTAD_LOG_DECISIONS"}, Usage: "none, denied or all: takes that get a (sampled) decision log line"},
 	)
+	flags = append(flags, rlsFlags()...)
 	return &cli.Command{
 		Name:   "serve",
 		Usage:  "run the sidecar",
@@ -88,7 +90,8 @@ func serve(c *cli.Context) error {
 	storeOpts := storeOptions(c)
 	storeOpts.Logger = log
 	cfgPath := c.String("config")
-	if err := errors.Join(opts.Validate(), storeOpts.Validate(), policy.ValidateConfigPoll(c.Duration("config-poll"))); err != nil {
+	rlsOpts := rlsOptions(c, mode)
+	if err := errors.Join(opts.Validate(), storeOpts.Validate(), policy.ValidateConfigPoll(c.Duration("config-poll")), rlsOpts.Validate()); err != nil {
 		return err
 	}
 	if c.Int("procs") < 0 {
@@ -96,6 +99,12 @@ func serve(c *cli.Context) error {
 	}
 	if opts.Config, err = policy.LoadConfig(cfgPath); err != nil {
 		return fmt.Errorf("--config: %w", err)
+	}
+	var rlsConfig *descriptors.Config
+	if rlsOpts.Enabled() {
+		if rlsConfig, err = loadRLSConfig(rlsOpts.Config, opts.Config); err != nil {
+			return err
+		}
 	}
 	if n := c.Int("procs"); n > 0 && (c.IsSet("procs") || os.Getenv("GOMAXPROCS") == "") {
 		runtime.GOMAXPROCS(n)
@@ -141,15 +150,31 @@ func serve(c *cli.Context) error {
 		}
 		defer hs.Close()
 	}
-	srv.LogStart(sidecar.StartInfo{Socket: c.String("socket"), RedisURL: storeOpts.RedisURL, ConfigPath: cfgPath})
-
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
+	var reloads []func()
+	if rlsOpts.Enabled() {
+		svc, err := serveRLS(bg, srv, rlsOpts, rlsConfig, c.Duration("config-poll"), opts.Tracer, log)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		reloads = append(reloads, svc)
+	}
+	srv.LogStart(sidecar.StartInfo{Socket: c.String("socket"), RedisURL: storeOpts.RedisURL, ConfigPath: cfgPath})
+
 	runOpts := sidecar.RunOptions{Signals: sigs, ShutdownTimeout: c.Duration("shutdown-timeout")}
 	if cfgPath != "" {
 		reloader := policy.NewReloader(cfgPath, c.Duration("config-poll"), srv, log)
 		go reloader.Run(bg)
-		runOpts.Reload = reloader.Trigger
+		reloads = append(reloads, reloader.Trigger)
+	}
+	if len(reloads) > 0 {
+		runOpts.Reload = func() {
+			for _, r := range reloads {
+				r()
+			}
+		}
 	}
 	return srv.Run(c.Context, l, runOpts)
 }

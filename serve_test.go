@@ -42,6 +42,11 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{[]string{"--socket", "/tmp/" + strings.Repeat("x", 120)}, "at most 107"},
 		{[]string{"--procs", "-1"}, "--procs"},
 		{[]string{"extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"--rls-socket", filepath.Join(dir, "rls.sock")}, "--rls-config is required"},
+		{[]string{"--rls-addr", "127.0.0.1:0"}, "--rls-config is required"},
+		{[]string{"--rls-config", badConfig}, "--rls-config needs --rls-socket or --rls-addr"},
+		{[]string{"--rls-addr", "127.0.0.1:0", "--rls-config", filepath.Join(dir, "missing.yaml")}, "--rls-config"},
+		{[]string{"--rls-addr", "127.0.0.1:0", "--rls-config", badConfig}, "--rls-config"},
 	} {
 		args := append([]string{"serve", "--socket", sock, "--log-level", "error"}, tc.args...)
 		_, stderr, code := runCLI(t, args...)

@@ -142,6 +142,7 @@ type rendered struct {
 	pdbs        map[string]*policyv1.PodDisruptionBudget
 	podMonitors map[string]*podMonitor
 	rules       map[string]*prometheusRule
+	filters     map[string]*envoyFilter
 }
 
 func decodeAll(t *testing.T, where string, data []byte) *rendered {
@@ -150,6 +151,7 @@ func decodeAll(t *testing.T, where string, data []byte) *rendered {
 		deployments: map[string]*appsv1.Deployment{}, cronJobs: map[string]*batchv1.CronJob{},
 		configMaps: map[string]*corev1.ConfigMap{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		podMonitors: map[string]*podMonitor{}, rules: map[string]*prometheusRule{},
+		filters: map[string]*envoyFilter{},
 	}
 	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
 		if strings.TrimSpace(regexp.MustCompile(`(?m)^#.*$`).ReplaceAllString(doc, "")) == "" {
@@ -186,6 +188,9 @@ func decodeAll(t *testing.T, where string, data []byte) *rendered {
 		case "monitoring.coreos.com/v1 PrometheusRule":
 			v := &prometheusRule{}
 			r.rules[meta.Metadata.Name], into = v, v
+		case "networking.istio.io/v1alpha3 EnvoyFilter":
+			v := &envoyFilter{}
+			r.filters[meta.Metadata.Name], into = v, v
 		default:
 			t.Fatalf("%s: unexpected %s %s", at, meta.APIVersion, meta.Kind)
 		}
@@ -828,8 +833,9 @@ const (
 // (volumes as directories, ConfigMaps as files, env resolved) against a
 // real Redis: its probes pass, the socket has the mode it asks for, and a
 // take of the first policy through the app container's socket path is
-// allowed. SIGTERM stops it cleanly.
-func runSidecar(t *testing.T, where string, spec *corev1.PodSpec, q *corev1.Container, r *rendered) {
+// allowed. Then each of also runs, given the map from the manifest's paths
+// to the test's. SIGTERM stops it cleanly.
+func runSidecar(t *testing.T, where string, spec *corev1.PodSpec, q *corev1.Container, r *rendered, also ...func(path func(string) string)) {
 	t.Helper()
 	redis := redistest.Start(t)
 	root, err := os.MkdirTemp("", "qr") // short: a socket path holds 107 bytes
@@ -915,10 +921,13 @@ func runSidecar(t *testing.T, where string, spec *corev1.PodSpec, q *corev1.Cont
 	if err != nil {
 		t.Fatalf("%s: %v", where, err)
 	}
-	reply, raw, err := c.Call(ctx, map[string]any{"op": "take", "subject": "render-test", "policy": names[0], "traceparent": renderTraceParent})
+	reply, raw, err := c.Call(ctx, map[string]any{"op": "take", "subject": sharedSubject, "policy": names[0], "traceparent": renderTraceParent})
 	c.Close()
 	if err != nil || !reply.OK || !reply.Allowed || reply.Used != 1 {
 		t.Fatalf("%s: take of policy %s: %s %v; want allowed, used 1", where, names[0], raw, err)
+	}
+	for _, f := range also {
+		f(p.path)
 	}
 
 	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {

@@ -29,13 +29,13 @@ import (
 // The control law, per key: a key whose recent rate brings fewer than
 // allotHotUnits in allotHorizon is cold, and its takes go to Redis as any
 // take (a cold key without units held has no allot: a counter per hash,
-// heat, tells when it turns hot). Otherwise a reservation wants enough for allotHorizon of the
-// rate, plus the costs of the takes waiting for it, at least the take's
-// cost; the script
-// caps it by max_share of what Redis says is left and by what is left,
-// and grants at least the take's cost or denies it. Near the limit what
-// is left is small, so a reservation shrinks to the take itself and
-// every decision is Redis's again.
+// heat, tells when it turns hot). Otherwise a reservation wants
+// allotHorizon of the rate plus the costs of the takes waiting for it,
+// at least the take's cost (allotWant); the script caps it by max_share
+// of what Redis says is left and by what is left, and grants at least
+// the take's cost or denies it. Near the limit what is left is small, so
+// a reservation shrinks to the take itself and every decision is Redis's
+// again.
 //
 // Per key, one reservation or return is in flight at a time (single
 // flight): takes that come meanwhile wait for it and are then answered

@@ -138,6 +138,11 @@ func TestAllotmentAnswersLocally(t *testing.T) {
 	if o := decide(t, d, `{"op":"peek","policy":"hot","subject":"a"}`); o.Failed() || o.Allotted {
 		t.Fatalf("peek = %+v", o)
 	}
+	// The reservation's script was loaded when its first call found it
+	// missing, as a script a node lost is: no call carried its text.
+	if n := r.CommandCalls(t, "eval"); n != 0 {
+		t.Fatalf("%d EVAL calls, want none", n)
+	}
 }
 
 // Fifty concurrent callers on one key never get more than the limit

@@ -53,3 +53,19 @@ func (calendar) Call(req *protocol.Request, l *Limit, key string) (luascript.Cal
 func (calendar) DeniedFor(o *Outcome, _ int64) (time.Duration, int64) {
 	return time.Duration(o.ResetMS) * time.Millisecond, o.Limit - o.Used + 1
 }
+
+// givingBack is the calendar window's give back (Given.GiveBack): its
+// use falls by the cost, never below zero, and the reply is a peek's of
+// the window after (luascript/calendar_give.lua).
+type givingBack struct{ calendar }
+
+func (givingBack) Call(req *protocol.Request, l *Limit, key string) (luascript.Call, error) {
+	c := l.Shape.(limits.CalendarWindow)
+	return luascript.CalendarGiveCall(luascript.Args{
+		Key: key, Spec: c.Spec(), Limit: c.Limit, Periods: luascript.CalendarAround(c, c.Offset(req.Subject), calendarClock()),
+		Cost: req.Cost, Strict: l.strict(),
+	})
+}
+
+// DeniedFor: a give back denies nothing.
+func (givingBack) DeniedFor(*Outcome, int64) (time.Duration, int64) { return 0, 0 }

@@ -131,6 +131,17 @@ func (d *Dispatcher) loaded(r luascript.LoadReport) {
 		zap.Int(keyScripts, r.Scripts), zap.Int(keyBytes, r.Bytes))
 }
 
+// Sharded reports whether the store spreads keys over a Redis Cluster's
+// nodes, where a take whose checks are in several hash slots goes in
+// steps and needs a request_id (steps.go).
+func (d *Dispatcher) Sharded() bool {
+	if d.store == nil || d.store.Kind() == store.StoreEmbedded {
+		return false
+	}
+	c, err := d.store.Client()
+	return err == nil && c.Mode() == rueidis.ClientModeCluster
+}
+
 // SetConfig swaps the policies in use. Decisions already resolved keep the
 // config they started with; the next request sees the new one.
 func (d *Dispatcher) SetConfig(c *policy.Config) { d.cfg.Store(c) }
@@ -183,6 +194,32 @@ type Decision struct {
 	trip trip
 	// span is the decision's span, nil when tracing is off (trace.go).
 	span trace.Span
+	// given are the limits the caller resolved itself (PrepareGiven),
+	// one per check, nil for a check resolved as a request's; nil when
+	// none was given.
+	given []*Given
+}
+
+// Given is a check's limit as a caller that resolves its own limits
+// gives it (Envoy's rate limit service, rls/, from its descriptors file)
+// instead of a policy name or inline limits.
+type Given struct {
+	// Shape is the limit; it must have passed Validate.
+	Shape limits.Shape
+	// Name stands for a policy's name: in the outcome, the metrics'
+	// policy label and the header fields. Its values must be few (the
+	// caller's configuration's), and it is never empty.
+	Name string
+	// Counter names the state the check counts against; its key
+	// (luascript.EnvoyCalendarKey) is one no policy's or inline limit's
+	// can equal. Only a calendar window (a period counted from the epoch)
+	// may be given.
+	Counter string
+	Shadow  bool
+	// GiveBack gives the check's cost back to its window instead of
+	// taking it (Envoy's negative hits): its request is a peek, answered
+	// as one with the window after. Not idempotent.
+	GiveBack bool
 }
 
 // check is one limit a decision is decided against.
@@ -197,6 +234,20 @@ type check struct {
 	// sent is when the call that answered the check was sent (a take in
 	// steps sends several): its local denial counts from here.
 	sent time.Time
+}
+
+// givenOf is check i's given limit, nil when it has none.
+func (dec *Decision) givenOf(i int) *Given {
+	if i < len(dec.given) {
+		return dec.given[i]
+	}
+	return nil
+}
+
+// givesBack reports whether dec gives back to a window (Given.GiveBack).
+func (dec *Decision) givesBack() bool {
+	g := dec.givenOf(0)
+	return g != nil && g.GiveBack
 }
 
 // listed reports whether the request gave "checks": its reply has one
@@ -225,7 +276,20 @@ func (dec *Decision) AppendKeys(dst []string) []string {
 // error and Done was called): then dec must not be touched, and Run not
 // called.
 func (d *Dispatcher) Prepare(req *protocol.Request, dec *Decision) (key string, decided bool) {
-	*dec = Decision{Done: dec.Done, req: req, start: time.Now(), Out: Outcome{Op: req.Op, Headers: req.Headers}}
+	return d.prepare(req, nil, dec)
+}
+
+// PrepareGiven is Prepare for a take or peek some of whose checks' limits
+// the caller resolved itself: given[i], when not nil, is the limit of
+// check i (of req.Checks, or req itself when it has none), whose Policy
+// and inline limits are then not read. Everything after (the route, the
+// verdict, shadow mode, the local denial, metrics, spans) is Prepare's.
+func (d *Dispatcher) PrepareGiven(req *protocol.Request, given []*Given, dec *Decision) (key string, decided bool) {
+	return d.prepare(req, given, dec)
+}
+
+func (d *Dispatcher) prepare(req *protocol.Request, given []*Given, dec *Decision) (key string, decided bool) {
+	*dec = Decision{Done: dec.Done, req: req, start: time.Now(), Out: Outcome{Op: req.Op, Headers: req.Headers}, given: given}
 	if d.tracer != nil {
 		d.startSpan(dec)
 	}
@@ -262,12 +326,26 @@ func (d *Dispatcher) Prepare(req *protocol.Request, dec *Decision) (key string, 
 // prepareCheck resolves check i of dec and builds its call.
 func (d *Dispatcher) prepareCheck(dec *Decision, i int) error {
 	c, o, l := &dec.checks[i], dec.out(i), &dec.checks[i].limit
-	if err := d.resolve(c.req, dec.cfg, l); err != nil {
+	g := dec.givenOf(i)
+	if g != nil {
+		if g.Shape.Algorithm() != limits.Calendar {
+			return &protocol.Error{Code: protocol.CodeInternal, Message: "a given limit is a calendar window, not " + strconv.Quote(g.Shape.Algorithm())}
+		}
+		var alg Algorithm = calendar{}
+		if g.GiveBack {
+			alg = givingBack{}
+		}
+		*l = Limit{Algorithm: forOp(c.req.Op, alg), Shape: g.Shape, Policy: g.Name, Shadow: g.Shadow, MaxRequestIDs: limits.DefaultMaxRequestIDs}
+	} else if err := d.resolve(c.req, dec.cfg, l); err != nil {
 		return err
 	}
 	o.Op, o.Algorithm, o.Policy, o.Limit = c.req.Op, l.Algorithm.Name(), l.Policy, l.Shape.Quota()
 	o.Headers, o.Shape = dec.req.Headers, l.Shape
-	c.key = l.Algorithm.Key(d.opts.KeyPrefix, l.Policy, c.req.Subject)
+	if g != nil {
+		c.key = luascript.EnvoyCalendarKey(d.opts.KeyPrefix, g.Counter)
+	} else {
+		c.key = l.Algorithm.Key(d.opts.KeyPrefix, l.Policy, c.req.Subject)
+	}
 	var err error
 	c.call, err = l.Algorithm.Call(c.req, l, c.key)
 	return err
@@ -311,6 +389,10 @@ func (d *Dispatcher) Run(dec *Decision) {
 	switch req.Op {
 	case protocol.OpSettle:
 		d.deny.forget(dec.key())
+	case protocol.OpPeek:
+		if dec.givesBack() {
+			d.deny.forget(dec.key())
+		}
 	case protocol.OpTake:
 		for i := range dec.checks {
 			c := &dec.checks[i]
@@ -406,7 +488,7 @@ func (d *Dispatcher) conclude(dec *Decision) {
 
 // finish counts a decided request and hands it back.
 func (d *Dispatcher) finish(dec *Decision) {
-	if dec.Out.Op == protocol.OpSettle && dec.key() != "" {
+	if (dec.Out.Op == protocol.OpSettle || dec.givesBack()) && dec.key() != "" {
 		// Applied or maybe applied: what a denial said may no longer hold.
 		d.deny.forget(dec.key())
 	}

@@ -209,3 +209,8 @@ func (slidingWindow) headerItem(shape limits.Shape, o *Outcome) headerItem {
 	it.windowS = seconds(shape.(limits.Sliding).WindowMS)
 	return it
 }
+
+// HeaderFields are o's RateLimit header fields, as a reply renders them
+// (nil unless its request asked for them), for a front end that carries
+// them otherwise (rls/, in Envoy's response_headers_to_add).
+func (o *Outcome) HeaderFields() *protocol.HeaderFields { return o.headerFields() }

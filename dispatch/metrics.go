@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -225,7 +226,9 @@ func (m *metrics) observeCheck(dec *Decision, i int, elapsed time.Duration) {
 	// Only configured policy names become label values: a client naming
 	// policies at random must not create series.
 	policy := ""
-	if p := req.Policy; p != "" {
+	if g := dec.givenOf(i); g != nil {
+		policy = g.Name
+	} else if p := req.Policy; p != "" {
 		if _, known := dec.cfg.Policies[p]; known {
 			policy = p
 		}
@@ -241,7 +244,7 @@ func (m *metrics) observeCheck(dec *Decision, i int, elapsed time.Duration) {
 	}
 	fields = append(fields,
 		zap.String(keyAlgorithm, oc.Algorithm),
-		zap.String(keyPolicy, req.Policy),
+		zap.String(keyPolicy, cmp.Or(policy, req.Policy)),
 		zap.String(keySubject, req.Subject),
 		zap.Int64(keyCost, req.Cost),
 		zap.String(keyVerdict, result),

@@ -34,6 +34,10 @@ func calendarTTL(ctx context.Context, n rueidis.Client, key, prefix string, now 
 	switch tag := rest[:cut]; {
 	case strings.HasPrefix(tag, "i:"):
 		subject = tag[len("i:"):]
+	case strings.HasPrefix(tag, "e:"):
+		// A counter of Envoy's rate limit service: its periods count from
+		// the epoch, without jitter.
+		subject = tag[len("e:"):]
 	case strings.HasPrefix(tag, "p:"):
 		_, s, ok := strings.Cut(tag[len("p:"):], ":")
 		if !ok {

@@ -26,12 +26,21 @@ import (
 // and 25 when they go back, a month lasts 28 to 31 days (and an hour or
 // so more or less across a change), and a local midnight that does not
 // exist starts its day at the first instant that does.
+//
+// PeriodEpoch is the one period that is not the wall clock's: periods of
+// EpochSeconds each, counted from the Unix epoch (1970-01-01T00:00:00Z),
+// the windows of Envoy's rate limit service (rls/). Only Go sets it: the
+// protocol and the policy file cannot name it (Validate refuses it without
+// EpochSeconds), and its TimeZone is UTC, its jitter 0.
 type CalendarWindow struct {
 	Limit     int64
 	Period    string
 	TimeZone  string // an IANA zone name; "" is not a zone, use "UTC"
 	WeekStart time.Weekday
 	JitterMS  int64
+	// EpochSeconds is the length of a PeriodEpoch period, in seconds,
+	// 1..MaxEpochSeconds; 0 for every other period.
+	EpochSeconds int64
 }
 
 // Calendar is the calendar window's algorithm name.
@@ -44,7 +53,19 @@ const (
 	PeriodDay    = "day"
 	PeriodWeek   = "week"
 	PeriodMonth  = "month"
+	// PeriodEpoch: every EpochSeconds from the Unix epoch.
+	PeriodEpoch = "epoch"
 )
+
+// MaxEpochSeconds bounds a PeriodEpoch period: ten years of 365 days. A
+// window's key lives as long as its period, and the period before the one
+// holding the clock must start after 1970.
+const MaxEpochSeconds = 10 * 365 * 86_400
+
+// EpochWindow is Limit per period of seconds counted from the Unix epoch.
+func EpochWindow(limit, seconds int64) CalendarWindow {
+	return CalendarWindow{Limit: limit, Period: PeriodEpoch, TimeZone: DefaultTimeZone, WeekStart: DefaultWeekStart, EpochSeconds: seconds}
+}
 
 // Calendar defaults.
 const (
@@ -78,6 +99,9 @@ func (c CalendarWindow) Validate() error {
 	if err := ValidateLimit("limit", c.Limit); err != nil {
 		return err
 	}
+	if c.Period == PeriodEpoch || c.EpochSeconds != 0 {
+		return c.validateEpoch()
+	}
 	jmax, ok := periodJitterMax[c.Period]
 	if !ok {
 		return &Error{Field: "period", Message: PeriodRule}
@@ -95,11 +119,29 @@ func (c CalendarWindow) Validate() error {
 	return nil
 }
 
+// validateEpoch checks a PeriodEpoch window's fields beside its limit.
+func (c CalendarWindow) validateEpoch() error {
+	switch {
+	case c.Period != PeriodEpoch || c.EpochSeconds == 0:
+		return &Error{Field: "period", Message: PeriodRule}
+	case c.EpochSeconds < 1 || c.EpochSeconds > MaxEpochSeconds:
+		return outOfRange("period", 1, MaxEpochSeconds, " seconds (ten years of 365 days)")
+	case c.TimeZone != DefaultTimeZone || c.JitterMS != 0:
+		return &Error{Field: "period", Message: "a period counted from the epoch is in UTC, without jitter"}
+	}
+	return nil
+}
+
 // Spec is the calendar's limits as one string, "<limit>:<period>:<zone>:
 // <week_start>:<jitter_ms>", recorded in a window so that inline limits
 // that differ are told apart (POLICY). week_start is that of a week
-// period, and "-" for the others, which it does not change.
+// period, and "-" for the others, which it does not change. A PeriodEpoch
+// period is written with its length, "epoch<seconds>".
 func (c CalendarWindow) Spec() string {
+	if c.Period == PeriodEpoch {
+		return strconv.FormatInt(c.Limit, 10) + ":" + PeriodEpoch + strconv.FormatInt(c.EpochSeconds, 10) + ":" + c.TimeZone + ":-:" +
+			strconv.FormatInt(c.JitterMS, 10)
+	}
 	ws := "-"
 	if c.Period == PeriodWeek {
 		ws = WeekdayName(c.WeekStart)
@@ -120,6 +162,14 @@ func ParseCalendarSpec(s string) (c CalendarWindow, ok bool) {
 		return c, false
 	}
 	c = CalendarWindow{Limit: limit, Period: parts[1], TimeZone: parts[2], WeekStart: DefaultWeekStart, JitterMS: jitter}
+	if n, found := strings.CutPrefix(parts[1], PeriodEpoch); found {
+		secs, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || parts[3] != "-" {
+			return c, false
+		}
+		c.Period, c.EpochSeconds = PeriodEpoch, secs
+		return c, c.Validate() == nil && c.Spec() == s
+	}
 	if parts[3] != "-" {
 		if c.WeekStart, ok = ParseWeekday(parts[3]); !ok || c.Period != PeriodWeek {
 			return c, false
@@ -217,6 +267,11 @@ func (c CalendarWindow) Offset(subject string) time.Duration {
 // Bounds returns the period of the calendar (without jitter) that holds t:
 // start <= t < end. The calendar must have passed Validate.
 func (c CalendarWindow) Bounds(t time.Time) (start, end time.Time) {
+	if c.Period == PeriodEpoch {
+		ms := c.EpochSeconds * 1000
+		s := t.UnixMilli() / ms * ms
+		return time.UnixMilli(s).UTC(), time.UnixMilli(s + ms).UTC()
+	}
 	loc, err := LoadZone(c.TimeZone)
 	if err != nil {
 		loc = time.UTC

@@ -213,3 +213,68 @@ func TestParseCalendarSpec(t *testing.T) {
 		}
 	}
 }
+
+// Periods counted from the epoch are envoyproxy/ratelimit's windows: a
+// year of 365 days, a month of 30, weeks from a Thursday (1970-01-01).
+func TestEpochWindowBounds(t *testing.T) {
+	at := time.Date(2026, 12, 2, 2, 30, 15, 500_000_000, time.UTC)
+	day := int64(86_400)
+	for _, tc := range []struct {
+		seconds    int64
+		start, end time.Time
+	}{
+		{1, time.Date(2026, 12, 2, 2, 30, 15, 0, time.UTC), time.Date(2026, 12, 2, 2, 30, 16, 0, time.UTC)},
+		{30, time.Date(2026, 12, 2, 2, 30, 0, 0, time.UTC), time.Date(2026, 12, 2, 2, 30, 30, 0, time.UTC)},
+		{3600, time.Date(2026, 12, 2, 2, 0, 0, 0, time.UTC), time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)},
+		{day, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)},
+		// 2026-11-26 is a Thursday.
+		{7 * day, time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)},
+		{30 * day, time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)},
+		{365 * day, time.Unix(56*365*day, 0).UTC(), time.Unix(57*365*day, 0).UTC()},
+	} {
+		w := EpochWindow(10, tc.seconds)
+		if err := w.Validate(); err != nil {
+			t.Fatalf("%d s: %v", tc.seconds, err)
+		}
+		start, end := w.Bounds(at)
+		if !start.Equal(tc.start) || !end.Equal(tc.end) || start.After(at) || !end.After(at) {
+			t.Errorf("%d s: Bounds = %v, %v; want %v, %v", tc.seconds, start, end, tc.start, tc.end)
+		}
+		// The edge itself starts the next period.
+		if s, _ := w.Bounds(end); !s.Equal(end) {
+			t.Errorf("%d s: the period holding its end starts at %v, want %v", tc.seconds, s, end)
+		}
+		back, ok := ParseCalendarSpec(w.Spec())
+		if !ok || back != w {
+			t.Errorf("ParseCalendarSpec(%q) = %+v, %v; want %+v", w.Spec(), back, ok, w)
+		}
+	}
+	if got := EpochWindow(7, 90).Spec(); got != "7:epoch90:UTC:-:0" {
+		t.Errorf("Spec = %q", got)
+	}
+}
+
+// Only Go names a period counted from the epoch: the protocol and the
+// policy file, which give no length, cannot.
+func TestEpochWindowValidate(t *testing.T) {
+	for _, w := range []CalendarWindow{
+		{Limit: 1, Period: PeriodEpoch, TimeZone: "UTC"},
+		{Limit: 1, Period: PeriodDay, TimeZone: "UTC", EpochSeconds: 60},
+		EpochWindow(1, MaxEpochSeconds+1),
+		EpochWindow(1, -1),
+		{Limit: 1, Period: PeriodEpoch, TimeZone: "Europe/Berlin", EpochSeconds: 60},
+		{Limit: 1, Period: PeriodEpoch, TimeZone: "UTC", EpochSeconds: 60, JitterMS: 5},
+	} {
+		if err := w.Validate(); err == nil {
+			t.Errorf("%+v: valid, want an error", w)
+		}
+	}
+	if err := EpochWindow(1, MaxEpochSeconds).Validate(); err != nil {
+		t.Error(err)
+	}
+	for _, s := range []string{"1:epoch:UTC:-:0", "1:epoch0:UTC:-:0", "1:epoch60:UTC:monday:0", "1:epochx:UTC:-:0"} {
+		if c, ok := ParseCalendarSpec(s); ok {
+			t.Errorf("ParseCalendarSpec(%q) = %+v, want not ok", s, c)
+		}
+	}
+}

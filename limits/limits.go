@@ -65,6 +65,31 @@ const (
 	MaxIDBytes = 128
 )
 
+// Bounds of Envoy's rate limit service (RLS): of a ShouldRateLimit request
+// and of the descriptors file (rls/descriptors) that decides it. A request
+// entry's key and value become part of a counter's key, so they are
+// bounded like a subject.
+const (
+	// MaxRLSDescriptors bounds the descriptors of one request, each of
+	// which may take from one counter.
+	MaxRLSDescriptors = 64
+	// MaxRLSEntries bounds the entries of one request descriptor, and so
+	// the depth of the descriptors file: a deeper node can never match.
+	MaxRLSEntries = 16
+	// MaxRLSKeyBytes bounds a descriptor entry's key, in a request and in
+	// the file.
+	MaxRLSKeyBytes = 256
+	// MaxRLSValueBytes bounds a descriptor entry's value, in a request and
+	// in the file.
+	MaxRLSValueBytes = 1024
+	// MaxRLSConfigDescriptors bounds the descriptors of one domain file,
+	// every level counted.
+	MaxRLSConfigDescriptors = 100_000
+	// MaxRLSUnitMultiplier bounds a rate_limit's unit_multiplier: a window
+	// of that many units.
+	MaxRLSUnitMultiplier = 1000
+)
+
 // MaxWindow is MaxWindowMS as a duration, for the policy file's durations;
 // MaxWindowText is how messages name it.
 const (

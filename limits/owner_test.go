@@ -174,12 +174,15 @@ func isIdent(e ast.Expr, name string) bool {
 
 // The packages that read bounds and shapes from here keep to their side:
 // the policy file knows no wire and no Redis, the wire no Redis and no
-// policy file, and limits nothing of quotad's.
+// policy file, the RLS descriptors none of those, and limits nothing of
+// quotad's.
 func TestImportRules(t *testing.T) {
 	for pkg, allowed := range map[string][]string{
 		"quotad/limits":   nil,
 		"quotad/policy":   {"quotad/limits"},
 		"quotad/protocol": {"quotad/limits"},
+		// The descriptors file knows no wire, no policy file and no Redis.
+		"quotad/rls/descriptors": {"quotad/limits"},
 	} {
 		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
 		if err != nil {

@@ -2,6 +2,10 @@
 // would, and measures what they see: decisions per second, latency
 // percentiles, and the replies counted by result and error code.
 //
+// RunRLS does the same for Envoy's rate limit service (ShouldRateLimit
+// over gRPC, with go-control-plane's generated client), so that the two
+// paths to the same decisions can be compared.
+//
 // It is a protocol client: it never talks to Redis, so what it measures is
 // the whole path a client pays for. It must not make decisions itself or
 // retry; every reply it counts is one the sidecar sent.

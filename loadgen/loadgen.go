@@ -49,6 +49,11 @@ type Config struct {
 	Burst     int64
 	LeaseMS   int64
 	Cost      int64 // default 1
+	// Checks, when 2 or more, makes every take a take of that many checks
+	// (all-or-nothing), each with the limits above and a subject of its
+	// own at random: check i's subjects are SubjectPrefix, i, "-" and a
+	// number, so two checks never share a counter. Not with Release.
+	Checks int
 	// RequestIDs gives every take a unique request_id.
 	RequestIDs bool
 	// Release follows every lease a concurrency take acquired with its
@@ -85,6 +90,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Release && (!c.RequestIDs || c.Policy == "" && c.Algorithm != "concurrency") {
 		return errors.New("loadgen: releases are of concurrency leases, taken with request ids")
+	}
+	if c.Checks < 0 || c.Checks == 1 || c.Checks > 0 && c.Release {
+		return errors.New("loadgen: a take of checks has 2 or more, and no releases")
 	}
 	inline := c.Limit != 0 || c.WindowMS != 0 || c.Rate != 0 || c.PeriodMS != 0 || c.Burst != 0 || c.LeaseMS != 0 ||
 		c.Period != "" || c.TimeZone != ""
@@ -388,6 +396,9 @@ func (c *client) appendRequest(buf []byte, seq uint64) []byte {
 	if c.leases != nil {
 		c.leases <- l // never blocks: room bounds what is outstanding
 	}
+	if c.cfg.Checks > 1 {
+		return c.appendChecks(buf, l.subject, seq)
+	}
 	if l.release {
 		buf = append(buf, `{"op":"release","subject":"`...)
 	} else {
@@ -408,12 +419,51 @@ func (c *client) appendRequest(buf []byte, seq uint64) []byte {
 		buf = strconv.AppendInt(buf, c.cfg.Cost, 10)
 	}
 	if c.cfg.RequestIDs {
-		buf = append(buf, `,"request_id":"`...)
+		buf = c.appendRequestID(buf, l.seq)
+	}
+	return append(buf, "}\n"...)
+}
+
+func (c *client) appendRequestID(buf []byte, seq uint64) []byte {
+	buf = append(buf, `,"request_id":"`...)
+	buf = append(buf, c.cfg.SubjectPrefix...)
+	buf = strconv.AppendInt(buf, int64(c.id), 36)
+	buf = append(buf, '-')
+	buf = strconv.AppendUint(buf, seq, 36)
+	return append(buf, '"')
+}
+
+// appendChecks appends a take of Config.Checks checks: the first of
+// subject, the others of subjects at random.
+func (c *client) appendChecks(buf []byte, subject, seq uint64) []byte {
+	buf = append(buf, `{"op":"take","checks":[`...)
+	for i := range c.cfg.Checks {
+		if i > 0 {
+			buf = append(buf, ',')
+			subject = c.rng.Uint64N(uint64(c.cfg.Subjects))
+		}
+		buf = append(buf, `{"subject":"`...)
 		buf = append(buf, c.cfg.SubjectPrefix...)
-		buf = strconv.AppendInt(buf, int64(c.id), 36)
+		buf = strconv.AppendInt(buf, int64(i), 10)
 		buf = append(buf, '-')
-		buf = strconv.AppendUint(buf, l.seq, 36)
+		buf = strconv.AppendUint(buf, subject, 10)
 		buf = append(buf, '"')
+		if c.cfg.Policy != "" {
+			buf = append(buf, `,"policy":"`...)
+			buf = append(buf, c.cfg.Policy...)
+			buf = append(buf, '"')
+		} else {
+			buf = c.appendLimits(buf)
+		}
+		if c.cfg.Cost != 1 {
+			buf = append(buf, `,"cost":`...)
+			buf = strconv.AppendInt(buf, c.cfg.Cost, 10)
+		}
+		buf = append(buf, '}')
+	}
+	buf = append(buf, ']')
+	if c.cfg.RequestIDs {
+		buf = c.appendRequestID(buf, seq)
 	}
 	return append(buf, "}\n"...)
 }
@@ -486,8 +536,9 @@ func (c *client) readLoop() {
 
 var (
 	okTrue        = []byte(`"ok":true`)
-	allowedTrue   = []byte(`"allowed":true`)
-	replayTrue    = []byte(`"replay":true`)
+	allowedField  = []byte(`"allowed":`)
+	replayField   = []byte(`"replay":`)
+	trueValue     = []byte(`true`)
 	releasedField = []byte(`"released":`)
 	releasedTrue  = []byte(`"released":true`)
 	errorField    = []byte(`"error":"`)
@@ -506,8 +557,14 @@ func (c *client) answered(line []byte) {
 
 // count classifies a reply by the fields the sidecar writes in a fixed
 // order (see protocol.AppendTake and AppendRelease), without decoding the
-// JSON, and reports whether it granted a take (replays excluded).
+// JSON, and reports whether it granted a take (replays excluded). A take
+// of checks has the take's own fields first, then each check's: the first
+// allowed and replay are the take's.
 func (c *client) count(line []byte) (granted bool) {
+	first := func(field, value []byte) bool {
+		i := bytes.Index(line, field)
+		return i >= 0 && bytes.HasPrefix(line[i+len(field):], value)
+	}
 	switch {
 	case bytes.Contains(line, okTrue):
 		switch {
@@ -516,9 +573,9 @@ func (c *client) count(line []byte) (granted bool) {
 			if bytes.Contains(line, releasedTrue) {
 				c.released++
 			}
-		case bytes.Contains(line, replayTrue):
+		case first(replayField, trueValue):
 			c.replays++
-		case bytes.Contains(line, allowedTrue):
+		case first(allowedField, trueValue):
 			c.allowed++
 			return true
 		default:

@@ -364,3 +364,58 @@ func testRunReleasesEveryGrantedLease(t *testing.T) {
 		})
 	}
 }
+
+func TestRunSendsTakesOfChecks(t *testing.T) { eachEngine(t, testRunSendsTakesOfChecks) }
+
+// A take of checks is counted by the take's own fields: a denied take
+// whose first check was allowed is a denial.
+func testRunSendsTakesOfChecks(t *testing.T) {
+	allowed := []byte(`{"ok":true,"allowed":true,"replay":false,"retry_after_ms":0,"checks":[{"allowed":true,"replay":false,"limit":5,"used":1,"remaining":4,"reset_ms":100,"retry_after_ms":0},{"allowed":true,"replay":false,"limit":5,"used":1,"remaining":4,"reset_ms":100,"retry_after_ms":0}]}` + "\n")
+	denied := []byte(`{"ok":true,"allowed":false,"replay":false,"retry_after_ms":100,"checks":[{"allowed":true,"replay":false,"limit":5,"used":1,"remaining":4,"reset_ms":100,"retry_after_ms":0},{"allowed":false,"replay":false,"limit":5,"used":5,"remaining":0,"reset_ms":100,"retry_after_ms":100}]}` + "\n")
+	f := startFake(t, func(n int, _ map[string]any) []byte {
+		if n%2 == 0 {
+			return denied
+		}
+		return allowed
+	})
+	res, err := loadgen.Run(context.Background(), loadgen.Config{
+		Socket: f.path, Conns: 2, InFlight: 3, Duration: 100 * time.Millisecond,
+		Subjects: 4, SubjectPrefix: "s-", Checks: 2, Algorithm: "calendar", Limit: 5, Period: "minute", RequestIDs: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Replies == 0 || res.Allowed+res.Denied != res.Replies || res.Denied != res.Replies/2 || res.Replays != 0 {
+		t.Fatalf("%d replies: %d allowed, %d denied, %d replays; want half of each, no replay", res.Replies, res.Allowed, res.Denied, res.Replays)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.reqs {
+		line, _ := json.Marshal(r)
+		var req protocol.Request
+		if err := protocol.Decode(line, &req); err != nil {
+			t.Fatalf("request %s: %v", line, err)
+		}
+		checks, _ := r["checks"].([]any)
+		if r["op"] != "take" || r["subject"] != nil || len(checks) != 2 || r["request_id"] == nil {
+			t.Fatalf("request %s: want a take of 2 checks with a request id", line)
+		}
+		for i, c := range checks {
+			c := c.(map[string]any)
+			s, _ := c["subject"].(string)
+			if !strings.HasPrefix(s, fmt.Sprintf("s-%d-", i)) || c["algorithm"] != "calendar" || c["period"] != "minute" || c["limit"] != 5.0 {
+				t.Fatalf("request %s: check %d is %v", line, i, c)
+			}
+		}
+	}
+	for _, bad := range []loadgen.Config{
+		{Checks: 1, Limit: 1, WindowMS: 1},
+		{Checks: -2, Limit: 1, WindowMS: 1},
+		{Checks: 2, Algorithm: "concurrency", Limit: 1, LeaseMS: 1, RequestIDs: true, Release: true},
+	} {
+		bad.Socket = f.path
+		if _, err := loadgen.Run(context.Background(), bad); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+}

@@ -48,6 +48,8 @@ var (
 	calendarTakeBody string
 	//go:embed calendar_peek.lua
 	calendarPeekBody string
+	//go:embed calendar_give.lua
+	calendarGiveBody string
 	//go:embed calendar_settle.lua
 	calendarSettleBody string
 	//go:embed fixed_window_reserve.lua
@@ -80,6 +82,7 @@ var (
 	calendarTake         = newScript("calendar_take.lua", calendarTakeBody, &calendarTakeContract)
 	calendarPeek         = newScript("calendar_peek.lua", calendarPeekBody, &calendarPeekContract)
 	calendarSettle       = newScript("calendar_settle.lua", calendarSettleBody, &calendarSettleContract)
+	calendarGive         = newScript("calendar_give.lua", calendarGiveBody, &calendarGiveContract)
 	fixedWindowReserve   = newScript("fixed_window_reserve.lua", fixedWindowReserveBody, &fixedWindowReserveContract)
 	calendarReserve      = newScript("calendar_reserve.lua", calendarReserveBody, &calendarReserveContract)
 	windowReturn         = newScript("window_return.lua", windowReturnBody, &windowReturnContract)
@@ -212,6 +215,24 @@ func ReleaseCall(key, requestID string) (Call, error) {
 	return concurrencyRelease.call(&a), nil
 }
 
+// CalendarGiveCall validates a give back of a.Cost (1..MaxLimit) to the
+// calendar window a.Key, a.Spec and a.Periods name, in the period holding
+// Redis's clock, and builds its script call: its use falls by the cost,
+// never below zero (calendar_give.lua). ParsePeek reads the result, the
+// window after. It names no take: a give back sent twice gives back twice.
+func CalendarGiveCall(a Args) (Call, error) {
+	if a.Key == "" {
+		return Call{}, errEmptyKey
+	}
+	if err := checkCalendar(&a); err != nil {
+		return Call{}, err
+	}
+	if err := calendarGive.check(&a); err != nil {
+		return Call{}, err
+	}
+	return calendarGive.call(&a), nil
+}
+
 // Settles reports whether algorithm has a settle script: a concurrency
 // lease is released instead.
 func Settles(algorithm string) bool { return algorithms[algorithm].settle != nil }
@@ -256,7 +277,11 @@ func (s *script) check(a *Args) error {
 			case "burst":
 				hi, of = a.Burst, "the burst"
 			case "MAX_LIMIT":
+				// A settle's actual cost may be 0; a give back's may not.
 				lo, hi, of = 0, MaxLimit, strconv.FormatInt(MaxLimit, 10)
+				if s.argv[i].lo == "1" {
+					lo = 1
+				}
 			}
 			if a.Cost < lo || a.Cost > hi {
 				return &Error{Code: CodeInvalid, Message: "cost must be an integer from " + strconv.FormatInt(lo, 10) + " to " + of}

@@ -49,7 +49,7 @@ type batch struct {
 }
 
 // batchFamilies are the scripts each batch script decides: an algorithm's
-// (its take, peek, settle or release), and the take of several limits with
+// (its take, peek, settle or release; a calendar's give back), and the take of several limits with
 // its give back (its body holds the take bodies it runs: takechecks.go).
 // A batch script holds only its own bodies, so that what crosses the link
 // when a node lost its scripts (a restart, a failover, SCRIPT FLUSH) is the
@@ -62,7 +62,7 @@ var batchFamilies = []struct {
 	{"token_bucket", []*script{tokenBucketTake, tokenBucketPeek, tokenBucketSettle}},
 	{"concurrency", []*script{concurrencyTake, concurrencyPeek, concurrencyRelease}},
 	{"sliding_window", []*script{slidingWindowTake, slidingWindowPeek, slidingWindowSettle}},
-	{"calendar", []*script{calendarTake, calendarPeek, calendarSettle}},
+	{"calendar", []*script{calendarTake, calendarPeek, calendarSettle, calendarGive}},
 	{"take_checks", []*script{takeChecks, giveBack}},
 }
 

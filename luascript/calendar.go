@@ -14,9 +14,11 @@ import (
 // written. It is an *Error: Redis answered, and is healthy.
 const CodeClockSkew = "CLOCK_SKEW"
 
-// maxPeriodMS bounds a calendar period, as the scripts do: a month of 31
-// days and a zone change.
-const maxPeriodMS = 32 * 86_400_000
+// maxPeriodMS bounds a calendar period, as the scripts do: the longest
+// period counted from the epoch (limits.MaxEpochSeconds), far above a
+// month of 31 days and a zone change. Go computes the edges; the bound only
+// keeps a caller's arithmetic error from making a window that never ends.
+const maxPeriodMS = limits.MaxEpochSeconds * 1000
 
 // CalendarPeriods are three consecutive periods of a calendar window: the
 // one holding the caller's clock, the one before it and the one after it.
@@ -64,7 +66,7 @@ func checkCalendar(a *Args) error {
 	}
 	for i := 1; i < 4; i++ {
 		if d := p.Edges[i] - p.Edges[i-1]; d <= 0 || d > maxPeriodMS {
-			return &Error{Code: CodeInvalid, Message: "calendar periods must be increasing and at most 32 days each"}
+			return &Error{Code: CodeInvalid, Message: "calendar periods must be increasing and at most " + strconv.FormatInt(maxPeriodMS, 10) + " ms each"}
 		}
 	}
 	if p.Edges[0] < 0 {

@@ -25,7 +25,7 @@ if not f[1] and not f[2] and redis.call('EXISTS', key) == 0 then
   return {0, 0, limit, reset}
 end
 local used = dec(f[1], 0, MAX_LIMIT)
-if not used or type(f[2]) ~= 'string' or not string.match(f[2], '^[0-9]+:[a-z]+:') then
+if not used or type(f[2]) ~= 'string' or not string.match(f[2], '^[0-9]+:[a-z0-9]+:') then
   return fail('WRONGTYPE', NOT_OURS .. 'window: a hash with other fields')
 end
 if strict == '1' and f[2] ~= spec then

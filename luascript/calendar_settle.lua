@@ -40,7 +40,7 @@ if pttl == -2 then
 end
 
 local used = dec(f[1], 0, MAX_LIMIT)
-if not used or type(f[2]) ~= 'string' or not string.match(f[2], '^[0-9]+:[a-z]+:') then
+if not used or type(f[2]) ~= 'string' or not string.match(f[2], '^[0-9]+:[a-z0-9]+:') then
   return fail('WRONGTYPE', NOT_OURS .. 'window: a hash with other fields')
 end
 

@@ -4,7 +4,8 @@
 --             holding the sidecar's clock, the one before and the one after
 -- ARGV        its contract's (contract.go), listed where --#args is
 --             spliced in: limit, cost, max_ids, strict, request_id, the
---             spec "<limit>:<period>:<zone>:<week_start>:<jitter_ms>",
+--             spec "<limit>:<period>:<zone>:<week_start>:<jitter_ms>"
+--             (a period counted from the Unix epoch is "epoch<seconds>"),
 --             and the 4 edges, ms of Redis's clock, increasing: KEYS[i]
 --             counts the period from edge i to edge i + 1
 --
@@ -40,7 +41,7 @@
 
 local used = dec(f[1], 0, MAX_LIMIT)
 local ids = dec(f[3] or '0', 0, MAX_REQUEST_IDS)
-if not used or not ids or type(f[2]) ~= 'string' or not string.match(f[2], '^[0-9]+:[a-z]+:') then
+if not used or not ids or type(f[2]) ~= 'string' or not string.match(f[2], '^[0-9]+:[a-z0-9]+:') then
   return fail('WRONGTYPE', NOT_OURS .. 'window: a hash with other fields')
 end
 

@@ -520,3 +520,70 @@ func TestCalendarInExecMulti(t *testing.T) {
 		t.Fatalf("calendar peek in a batch = %+v, %v", p, err)
 	}
 }
+
+// A period counted from the epoch (the windows of Envoy's rate limit
+// service) is a calendar period whose length the spec names: a year of
+// 365 days is longer than any wall-clock period, and its spec holds
+// digits. Periods of days, so that none ends during the test. Its window is counted, denied and peeked as any calendar's.
+func TestCalendarEpochPeriods(t *testing.T) {
+	e := setup(t)
+	for _, w := range []limits.CalendarWindow{limits.EpochWindow(2, 7*86_400), limits.EpochWindow(2, 365*86_400)} {
+		before := e.redisNow()
+		start, end := w.Bounds(before)
+		a := e.cal(w, "epoch", before, 2, "")
+		key := luascript.CalendarPeriodKey(a.Key, start.UnixMilli())
+		r := e.calTake(a)
+		if !r.Allowed || r.Used != 2 || r.ResetMS > end.Sub(before).Milliseconds()+1 {
+			t.Fatalf("%s: take = %+v, want allowed at used 2, reset by %v", w.Spec(), r, end)
+		}
+		sameHash(t, w.Spec(), e.hash(key), map[string]string{"used": "2", "policy": w.Spec(), "ids": "0"})
+		if r := e.calTake(a); r.Allowed || r.Used != 2 {
+			t.Fatalf("%s: take over the limit = %+v, want denied", w.Spec(), r)
+		}
+	}
+}
+
+// A give back lowers the use of the period holding Redis's clock, never
+// below zero, creates no window, and gives back again when sent again.
+func TestCalendarGive(t *testing.T) {
+	e := setup(t)
+	w := limits.EpochWindow(5, 7*86_400)
+	now := e.redisNow()
+	a := e.cal(w, "give", now, 4, "")
+	give := func(cost int64) luascript.Result {
+		t.Helper()
+		g := a
+		g.Cost = cost
+		call, err := luascript.CalendarGiveCall(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := luascript.ParsePeek(call.Exec(t.Context(), e.c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := give(2); r.Exists || r.Used != 0 || r.Remaining != 5 {
+		t.Fatalf("give back without a window = %+v, want none, 5 remaining", r)
+	}
+	start, _ := w.Bounds(now)
+	if n, _ := e.do("EXISTS", luascript.CalendarPeriodKey(a.Key, start.UnixMilli())).AsInt64(); n != 0 {
+		t.Fatal("a give back created a window")
+	}
+	e.calTake(a)
+	if r := give(1); !r.Exists || r.Used != 3 || r.Remaining != 2 {
+		t.Fatalf("give back 1 of 4 = %+v, want used 3", r)
+	}
+	if r := give(1); r.Used != 2 {
+		t.Fatalf("the same give back again = %+v, want used 2: it is not idempotent", r)
+	}
+	if r := give(10); r.Used != 0 || r.Remaining != 5 {
+		t.Fatalf("give back above the use = %+v, want used 0", r)
+	}
+	bad := a
+	bad.Cost = 0
+	if _, err := luascript.CalendarGiveCall(bad); !errors.Is(err, luascript.ErrInvalid) {
+		t.Fatalf("cost 0: %v, want INVALID", err)
+	}
+}

@@ -86,7 +86,7 @@ var (
 	calendarArgs = []arg{
 		{kind: argText, name: "spec"},
 		rule(`#spec <= 128 and string.sub(spec, 1, #limit_s + 1) == limit_s .. ':'
-    and string.match(spec, '^[0-9]+:[a-z]+:[A-Za-z0-9_/+%-]+:[a-z-]+:[0-9]+$')`,
+    and string.match(spec, '^[0-9]+:[a-z0-9]+:[A-Za-z0-9_/+%-]+:[a-z-]+:[0-9]+$')`,
 			"'spec must be limit:period:zone:week_start:jitter_ms'"),
 		edge("e1"), edge("e2"), edge("e3"), edge("e4"),
 		rule(`e1 < e2 and e2 < e3 and e3 < e4 and e2 - e1 <= MAX_PERIOD_MS and e3 - e2 <= MAX_PERIOD_MS
@@ -136,6 +136,7 @@ var (
 	calendarTakeContract   = contract{3, argList(limitArg, num("cost", "cost", "1", "limit"), maxIDsArg, strictArg, idArg, calendarArgs), byMatch}
 	calendarPeekContract   = contract{3, argList(limitArg, strictArg, calendarArgs), oneByOne}
 	calendarSettleContract = contract{3, argList(limitArg, settleCost, strictArg, idRequired, calendarArgs), oneByOne}
+	calendarGiveContract   = contract{3, argList(limitArg, num("cost", "cost", "1", "MAX_LIMIT"), strictArg, calendarArgs), oneByOne}
 )
 
 // The contracts of a reservation and its return (docs/allotments.md): a

@@ -154,7 +154,9 @@
 // a bucket's TAT moves back by their span, never before now. A return
 // never creates a key, never gives one a TTL, and writes nothing to a key
 // without one. Reservations and returns are in no batch script (alone, in
-// batch.go): each is sent as its own script call.
+// batch.go): each is sent as its own script call. Nor are they loaded
+// when a sidecar connects (lazySources, load.go): a Loader loads each
+// into a node when its first call there is answered NOSCRIPT.
 //
 // # Several limits in one take
 //

@@ -28,3 +28,6 @@ func ScriptBody(name string) string {
 	}
 	return ""
 }
+
+// LazySources are the texts no check loads (lazySources).
+func LazySources() []string { return lazySources }

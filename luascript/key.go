@@ -11,8 +11,13 @@ import "strings"
 //	<prefix>sw:{p:<policy>:<subject>}   sliding window, likewise (SlidingWindowKey)
 //	<prefix>cal:{p:<policy>:<subject>}:<start ms>
 //	                                    calendar window of the period starting then
+//	<prefix>cal:{e:<counter>}:<start ms>
+//	                                    calendar window of a counter of Envoy's rate
+//	                                    limit service (EnvoyCalendarKey); rls/ starts
+//	                                    each counter with "{<domain>}", so the key is
+//	                                    <prefix>cal:e:{<domain>}...:<start ms>
 //
-// The p:/i: marker keeps named and inline windows apart. Policy names are
+// The p:/i:/e: marker keeps named, inline and Envoy's windows apart. Policy names are
 // [A-Za-z0-9_.-]{1,64} with no colon, so the first colon after "p:" ends the
 // name and two distinct (policy, subject) pairs never share a key, whatever
 // bytes the subject holds. The braces make a Redis Cluster hash tag, so all
@@ -58,6 +63,15 @@ func ConcurrencyKey(prefix, policy, subject string) string {
 // period's window is CalendarPeriodKey of it.
 func CalendarKey(prefix, policy, subject string) string {
 	return layoutKey(prefix, "cal", policy, subject)
+}
+
+// EnvoyCalendarKey is the part of the calendar windows' keys of one
+// counter of Envoy's rate limit service (rls/: a descriptor's domain and
+// entries, as one string) that every period shares, laid out as
+// CalendarKey but under its own marker, so that no counter shares a key
+// with a policy's or an inline limit's subject.
+func EnvoyCalendarKey(prefix, counter string) string {
+	return markedKey(prefix, "cal", "e:", counter)
 }
 
 // Layout is how one algorithm's keys look in Redis, for tools that read
@@ -116,6 +130,12 @@ func layoutKey(prefix, alg, policy, subject string) string {
 	if policy != "" {
 		marker = "p:" + policy + ":"
 	}
+	return markedKey(prefix, alg, marker, subject)
+}
+
+// markedKey is the key of subject under the algorithm's tag alg and the
+// marker of its kind of limit.
+func markedKey(prefix, alg, marker, subject string) string {
 	if HasHashTag(subject) {
 		return prefix + alg + ":" + marker + subject
 	}

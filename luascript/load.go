@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -23,20 +24,37 @@ var scripts = []*script{
 	slidingWindowTake, slidingWindowPeek,
 	calendarTake, calendarPeek,
 	fixedWindowSettle, slidingWindowSettle, calendarSettle, tokenBucketSettle,
+	calendarGive,
 	takeChecks, giveBack,
 	fixedWindowReserve, calendarReserve, windowReturn,
 	slidingWindowReserve, slidingWindowReturn, tokenBucketReserve, tokenBucketReturn,
 }
 
 // sources are the scripts' texts, prelude included, as Redis holds them,
-// and the batch scripts' (batch.go), which compose the others.
+// and the batch scripts' (batch.go), which compose the others; but for
+// lazySources.
 var sources = func() []string {
-	srcs := make([]string, len(scripts), len(scripts)+len(batches))
-	for i, s := range scripts {
-		srcs[i] = s.src
+	srcs := make([]string, 0, len(scripts)+len(batches))
+	for _, s := range scripts {
+		if !slices.Contains(alone, s) {
+			srcs = append(srcs, s.src)
+		}
 	}
 	for _, b := range batches {
 		srcs = append(srcs, b.src)
+	}
+	return srcs
+}()
+
+// lazySources are the texts of the reservations and returns of
+// allotments (alone, batch.go): neither Load nor a Loader's check puts
+// them into Redis; a Loader loads one on the NOSCRIPT of its first call on
+// a node, as any script a node lost. A sidecar without allotments never
+// sends them, and a node that lost its scripts is sent only those in use.
+var lazySources = func() []string {
+	srcs := make([]string, len(alone))
+	for i, s := range alone {
+		srcs[i] = s.src
 	}
 	return srcs
 }()

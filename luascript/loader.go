@@ -129,7 +129,7 @@ type text struct {
 
 // texts are every text the calls name, by SHA1: each script's, the batch
 // script's, and each peek's text without its flags line; checked are
-// those a check makes sure of (the first three).
+// those a check makes sure of (the first three, but lazySources).
 var texts, checked = func() (map[string]*text, []*text) {
 	byShA := map[string]*text{}
 	var main []*text
@@ -142,6 +142,9 @@ var texts, checked = func() (map[string]*text, []*text) {
 		}
 		byShA[t.sha] = t
 		main = append(main, t)
+	}
+	for _, src := range lazySources {
+		byShA[sha1Hex(src)] = &text{sha: sha1Hex(src), src: src}
 	}
 	return byShA, main
 }()

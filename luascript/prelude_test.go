@@ -67,8 +67,8 @@ func TestEveryScriptIsPreludeThenBody(t *testing.T) {
 		}
 	}
 	// batch.lua is the driver of every batch script.
-	if want := len(luascript.Sources()) - len(luascript.BatchTexts()) + 1; n != want {
-		t.Errorf("%d scripts on disk, %d in Sources (the batch scripts as one)", n, want)
+	if want := len(luascript.Sources()) + len(luascript.LazySources()) - len(luascript.BatchTexts()) + 1; n != want {
+		t.Errorf("%d scripts on disk, %d in Sources and LazySources (the batch scripts as one)", n, want)
 	}
 	// Its code: its leading comment is for its file's readers.
 	_, driver, _ := strings.Cut(mustRead(t, "batch.lua"), "\nlocal header")

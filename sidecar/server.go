@@ -8,11 +8,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
@@ -116,7 +118,39 @@ type Server struct {
 	metrics     *metrics
 	connMetrics *connMetrics
 	readiness   readiness
+	// fronts are the other ways in to the dispatcher (AddFront).
+	fronts []Front
 }
+
+// A Front is another way in to the server's dispatcher than its socket
+// (Envoy's rate limit service, rls/): it drains and closes with the
+// server, and the dispatcher closes only after it stopped.
+type Front interface {
+	// Shutdown stops taking calls and lets those in flight finish until
+	// ctx ends.
+	Shutdown(ctx context.Context) error
+	// Stop ends every call at once.
+	Stop()
+}
+
+// AddFront has f drain and close with the server. Call it before Run.
+func (s *Server) AddFront(f Front) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fronts = append(s.fronts, f)
+}
+
+// Dispatcher is the server's dispatcher, for another front (AddFront) to
+// decide through.
+func (s *Server) Dispatcher() *dispatch.Dispatcher { return s.dispatch }
+
+// Registry is the registry of the server's metrics (/metrics), for another
+// front's.
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
+
+// TraceContextInvalid counts a request of another front whose trace
+// context was ignored, in quotad_trace_context_invalid_total.
+func (s *Server) TraceContextInvalid() { s.metrics.traceInvalid.Inc() }
 
 // NewServer returns a server ready to Serve.
 func NewServer(opts Options) *Server {
@@ -309,9 +343,11 @@ func (s *Server) untrack(c *conn) {
 // and the remaining connections are closed; ctx's error is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop((*conn).drain)
+	fronts := s.drainFronts(ctx)
 
 	select {
 	case <-s.idle:
+		<-fronts
 		// Every request is answered: give back the units of allotments
 		// still held, before the calls' context ends.
 		s.dispatch.ReturnAllotments(ctx)
@@ -333,13 +369,42 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-time.After(time.Until(grace) + 100*time.Millisecond):
 	}
 	s.Close()
+	<-fronts
 	return ctx.Err()
+}
+
+// drainFronts shuts the fronts down until ctx ends; the channel closes
+// when every one has returned.
+func (s *Server) drainFronts(ctx context.Context) <-chan struct{} {
+	s.mu.Lock()
+	fronts := slices.Clone(s.fronts)
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for _, f := range fronts {
+			wg.Go(func() {
+				if err := f.Shutdown(ctx); err != nil {
+					s.log.Warn("a front did not drain in time", zap.Error(err))
+				}
+			})
+		}
+		wg.Wait()
+	}()
+	return done
 }
 
 // Close closes the listeners and every connection at once and cancels
 // in-flight Redis calls.
 func (s *Server) Close() {
 	s.stop((*conn).close)
+	s.mu.Lock()
+	fronts := slices.Clone(s.fronts)
+	s.mu.Unlock()
+	for _, f := range fronts {
+		f.Stop()
+	}
 	s.cancelReq()
 	s.dispatch.Close()
 }

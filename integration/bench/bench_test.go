@@ -58,11 +58,23 @@ func TestBenchRunsEveryStep(t *testing.T) {
 		"dec/script call", "RSS added by 20 idle connections", "2 clients that never read", "exhausted subject",
 		"pipelining with request ids, quotad vs in-process", "decisions per script call", "probe p99",
 		"PING p99 of another Redis client", "token bucket, 64x16 vs fixed window", "sliding window, 64x16 vs fixed window",
+		"rls rows: the main build with --rls-socket", "RLS vs socket decisions/s, 2 descriptors, 64x16", "RLS vs socket decisions/s, 2 descriptors, 16x1",
+		"quotad CPU per request, RLS vs socket, 64x16", "quotad CPU per request, RLS vs socket, 16x1",
 	}
 	for _, r := range matrix {
+		if r.reference {
+			// Measured only with -envoy-ratelimit.
+			if strings.Contains(out, r.name) {
+				t.Errorf("output has %q without -envoy-ratelimit", r.name)
+			}
+			continue
+		}
 		want = append(want, r.name)
 	}
 	wantLines(t, out, want)
+	if strings.Contains(out, "envoyproxy/ratelimit") {
+		t.Errorf("a run without -envoy-ratelimit mentions it:\n%s", out)
+	}
 	// The tracing rows' sidecars exported: 100% of a row's decisions
 	// were sampled.
 	if !regexp.MustCompile(`tracing rows: the receiver got [1-9][0-9]* spans`).MatchString(out) {
@@ -91,6 +103,8 @@ func TestBenchComparesABaselineBuild(t *testing.T) {
 	mainTable, _, _ := strings.Cut(out, "baseline build, ")
 	for _, r := range matrix {
 		switch {
+		case r.reference:
+			// Measured only with -envoy-ratelimit.
 		case r.mainOnly:
 			// Measured on the main build alone: in its table, not compared.
 			if !strings.Contains(mainTable, r.name) || strings.Contains(comparison, r.name) {
@@ -125,7 +139,7 @@ func TestBenchMeasuresOnlyTheRowsAsked(t *testing.T) {
 			t.Errorf("output has the row %q, which -rows does not match:\n%s", r.name, out)
 		}
 	}
-	for _, line := range []string{"pipelining with request ids", "sliding window"} {
+	for _, line := range []string{"pipelining with request ids", "sliding window", "rls rows", "RLS vs socket"} {
 		if strings.Contains(out, line) {
 			t.Errorf("output has %q, of a row not measured:\n%s", line, out)
 		}
@@ -157,6 +171,14 @@ func TestBenchRefusesAMissingBaseline(t *testing.T) {
 	err := run(context.Background(), options{quotad: quotadBin, baseline: filepath.Join(t.TempDir(), "none"), rounds: 1}, &out)
 	if err == nil || !strings.Contains(err.Error(), "none") {
 		t.Fatalf("err = %v, want the missing baseline binary named", err)
+	}
+}
+
+func TestBenchRefusesAMissingEnvoyRatelimit(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), options{quotad: quotadBin, ratelimit: filepath.Join(t.TempDir(), "no-ratelimit"), rounds: 1}, &out)
+	if err == nil || !strings.Contains(err.Error(), "no-ratelimit") {
+		t.Fatalf("err = %v, want the missing envoyproxy/ratelimit binary named", err)
 	}
 }
 
@@ -197,5 +219,25 @@ func TestCPUTimeAndRSSOfThisProcess(t *testing.T) {
 	}
 	if _, err := cpuTime(-1); err == nil {
 		t.Fatal("cpuTime of no process did not fail")
+	}
+}
+
+// TestBenchRLSRows: BENCH_ROWS=rls measures the rate limit service's rows
+// and their socket twins, and prints their targets; every call was
+// answered.
+func TestBenchRLSRows(t *testing.T) {
+	out := runBench(t, options{quotad: quotadBin, duration: 100 * time.Millisecond, rounds: 1, rows: "rls"})
+	want := []string{"those matching rls", "RLS vs socket decisions/s, 2 descriptors, 64x16", "quotad CPU per request, RLS vs socket, 16x1"}
+	for _, name := range []string{rowRLSSocketPipe, rowRLSPipe, rowRLSSocketOne, rowRLSOne} {
+		want = append(want, name)
+	}
+	wantLines(t, out, want)
+	if strings.Contains(out, "error replies of rls") {
+		t.Errorf("an rls row got error replies:\n%s", out)
+	}
+	for i, r := range matrix {
+		if i > rowInProcOne && !strings.HasPrefix(r.name, "rls: ") && strings.Contains(out, r.name) {
+			t.Errorf("output has the row %q, which rls does not match", r.name)
+		}
 	}
 }

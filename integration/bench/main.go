@@ -9,7 +9,9 @@
 // Knobs (flags, or the environment variables make bench passes):
 // BENCH_DURATION per measurement, BENCH_ROUNDS, BENCH_SIDECAR_ARGS extra
 // `quotad serve` flags for trying tuning options (given to both builds),
-// BASELINE the second binary.
+// BASELINE the second binary, BENCH_ENVOY_RATELIMIT a build of
+// envoyproxy/ratelimit's server (src/service_cmd) measured beside quotad's
+// rate limit service on the same Redis.
 package main
 
 import (
@@ -67,6 +69,9 @@ type options struct {
 	floodFor    time.Duration
 	sidecarArgs string
 	rows        string // a regular expression: the quotad rows measured
+	// ratelimit is envoyproxy/ratelimit's server binary; "" leaves its
+	// rows out.
+	ratelimit string
 }
 
 func main() {
@@ -80,6 +85,7 @@ func main() {
 	flag.IntVar(&o.floodConns, "flood-conns", 100, "connections of the flood check")
 	flag.DurationVar(&o.floodFor, "flood-duration", 5*time.Second, "length of the flood check")
 	flag.StringVar(&o.sidecarArgs, "sidecar-args", os.Getenv("BENCH_SIDECAR_ARGS"), "extra flags for quotad serve, of both builds (BENCH_SIDECAR_ARGS)")
+	flag.StringVar(&o.ratelimit, "envoy-ratelimit", os.Getenv("BENCH_ENVOY_RATELIMIT"), "envoyproxy/ratelimit's server (go install github.com/envoyproxy/ratelimit/src/service_cmd@latest), measured beside quotad's rate limit service on the same Redis (BENCH_ENVOY_RATELIMIT)")
 	flag.StringVar(&o.rows, "rows", os.Getenv("BENCH_ROWS"), "a regular expression: measure only the rows whose name it matches, beside the four the targets compare with (BENCH_ROWS)")
 	flag.Parse()
 	if err := run(context.Background(), o, os.Stdout); err != nil {
@@ -120,6 +126,19 @@ type row struct {
 	// the takes carry no trace context, so the ratio decides); 0 measures
 	// the sidecar without tracing.
 	tracing float64
+	// checks makes every take a take of that many checks; rls sends
+	// ShouldRateLimit calls of rlsKeys' descriptors to Envoy's rate limit
+	// service instead, conns streams (HTTP/2 connections) of inflight
+	// calls each. Both run on the main build's sidecar with the service
+	// on, so that the two paths to the same decisions compare in one
+	// process.
+	checks int
+	rls    bool
+	// reference: an rls row served by envoyproxy/ratelimit (-envoy-ratelimit)
+	// on the same Redis instead of quotad.
+	reference bool
+	// period of a calendar row; "" is a day.
+	period string
 	// The allotment rows' (allotment.go): policy names a policy of the
 	// sidecar started with allotmentPolicies, which measures the row;
 	// subjects, when not 0, replaces -subjects; minRounds, when more than
@@ -165,6 +184,51 @@ var matrix = []row{
 	{name: "quotad, pipelining 64x16, tracing 100%", sidecar: true, algorithm: "fixed_window", conns: 64, inflight: 16, inProcess: rowInProcPipe, mainOnly: true, tracing: 1},
 	{name: "quotad, one at a time 16x1, tracing 1%", sidecar: true, algorithm: "fixed_window", conns: 16, inflight: 1, inProcess: rowInProcOne, mainOnly: true, tracing: 0.01},
 	{name: "quotad, one at a time 16x1, tracing 100%", sidecar: true, algorithm: "fixed_window", conns: 16, inflight: 1, inProcess: rowInProcOne, mainOnly: true, tracing: 1},
+	// Envoy's rate limit service beside the socket doing the same: a
+	// request of two descriptors, each matched to a limit of rlsConfig,
+	// is one take of two checks of epoch-aligned minutes (a calendar
+	// minute in UTC is one). A decision is a request, of either path.
+	{name: rowRLSSocketPipe, sidecar: true, algorithm: "calendar", conns: 64, inflight: 16, checks: 2, period: "minute", inProcess: -1, mainOnly: true},
+	{name: rowRLSPipe, sidecar: true, conns: 64, inflight: 16, rls: true, inProcess: -1, mainOnly: true},
+	{name: rowRLSSocketOne, sidecar: true, algorithm: "calendar", conns: 16, inflight: 1, checks: 2, period: "minute", inProcess: -1, mainOnly: true},
+	{name: rowRLSOne, sidecar: true, conns: 16, inflight: 1, rls: true, inProcess: -1, mainOnly: true},
+	{name: rowReferencePipe, sidecar: true, conns: 64, inflight: 16, rls: true, reference: true, inProcess: -1, mainOnly: true},
+	{name: rowReferenceOne, sidecar: true, conns: 16, inflight: 1, rls: true, reference: true, inProcess: -1, mainOnly: true},
+}
+
+// The rate limit service's rows, which its targets compare in pairs.
+const (
+	rowRLSSocketPipe = "rls: socket, take of 2 checks, 64x16"
+	rowRLSPipe       = "rls: ShouldRateLimit, 2 descriptors, 64 streams x 16"
+	rowRLSSocketOne  = "rls: socket, take of 2 checks, 16x1"
+	rowRLSOne        = "rls: ShouldRateLimit, 2 descriptors, 16 streams x 1"
+	rowReferencePipe = "rls: envoyproxy/ratelimit, 2 descriptors, 64 streams x 16"
+	rowReferenceOne  = "rls: envoyproxy/ratelimit, 2 descriptors, 16 streams x 1"
+)
+
+// rowNamed is the index of the row of that name.
+func rowNamed(name string) int {
+	for i, r := range matrix {
+		if r.name == name {
+			return i
+		}
+	}
+	panic("no row " + name)
+}
+
+// The rate limit service's descriptors: one per key, each limited as the
+// socket rows' checks are.
+const rlsDomain = "bench"
+
+var rlsKeys = []string{"user", "tenant"}
+
+func rlsConfig() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "domain: %s\ndescriptors:\n", rlsDomain)
+	for _, k := range rlsKeys {
+		fmt.Fprintf(&b, "  - key: %s\n    rate_limit:\n      unit: minute\n      requests_per_unit: %d\n", k, limit)
+	}
+	return b.String()
 }
 
 // More rows the checks read.
@@ -205,11 +269,14 @@ type sidecar struct {
 	label  string // "main" or "baseline"
 	file   string // names its socket and log; label when empty
 	env    []string
+	args   []string // more quotad serve flags
 	bin    string
 	socket string
-	log    string
-	cmd    *exec.Cmd
-	exited chan struct{}
+	// rlsSocket is the rate limit service's socket, when args turn it on.
+	rlsSocket string
+	log       string
+	cmd       *exec.Cmd
+	exited    chan struct{}
 }
 
 type bench struct {
@@ -227,6 +294,10 @@ type bench struct {
 	// allotment is the sidecar of the allotment rows, with its policy
 	// file, started at their first row.
 	allotment *sidecar
+	// rls is the main build's sidecar with the rate limit service on,
+	// and reference envoyproxy/ratelimit's server, each started at its
+	// first row.
+	rls, reference *sidecar
 }
 
 func run(ctx context.Context, o options, out io.Writer) (err error) {
@@ -246,6 +317,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			return fmt.Errorf("quotad binary: %w (run make build first)", err)
 		}
 	}
+	if o.ratelimit != "" {
+		if _, err := os.Stat(o.ratelimit); err != nil {
+			return fmt.Errorf("envoyproxy/ratelimit binary: %w", err)
+		}
+	}
 	dir, err := os.MkdirTemp("", "quotad-bench")
 	if err != nil {
 		return err
@@ -257,6 +333,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		b.stopAllotment()
 		if b.receiver != nil {
 			b.receiver.Close()
+		}
+		for _, sc := range []*sidecar{b.rls, b.reference} {
+			if sc != nil {
+				b.stopSidecar(sc)
+			}
 		}
 	}()
 	if b.redis, err = redistest.Launch(dir); err != nil {
@@ -328,7 +409,17 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 						return fmt.Errorf("%s: %w", r.name, err)
 					}
 				}
-				if r.policy != "" {
+				switch {
+				case r.reference:
+					if sc, err = b.referenceServer(ctx); err != nil {
+						return fmt.Errorf("%s: %w", r.name, err)
+					}
+					label = "reference"
+				case r.rls || r.checks > 0:
+					if sc, err = b.rlsSidecar(ctx, sc); err != nil {
+						return fmt.Errorf("%s: %w", r.name, err)
+					}
+				case r.policy != "":
 					if sc, err = b.allotmentSidecar(ctx, sc); err != nil {
 						return fmt.Errorf("%s: %w", r.name, err)
 					}
@@ -366,8 +457,12 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 }
 
 // measured says whether row i is measured: every row, or with -rows the
-// rows it matches and the four the targets compare with.
+// rows it matches and the four the targets compare with; envoyproxy/
+// ratelimit's only with its binary.
 func (b *bench) measured(i int) bool {
+	if matrix[i].reference && b.o.ratelimit == "" {
+		return false
+	}
 	return b.rows == nil || i <= rowInProcOne || b.rows.MatchString(matrix[i].name)
 }
 
@@ -410,6 +505,15 @@ func (b *bench) header() {
 			break
 		}
 	}
+	for i, r := range matrix {
+		if r.rls && b.measured(i) {
+			fmt.Fprintf(b.out, "rls rows: the main build with --rls-socket; ShouldRateLimit over the Unix socket with go-control-plane's client (in this process: see client CPU), descriptors %v of domain %s, each %d per minute; beside takes of as many checks of a calendar minute on the JSON socket, of the same sidecar\n", rlsKeys, rlsDomain, limit)
+			if b.o.ratelimit != "" {
+				fmt.Fprintf(b.out, "envoyproxy/ratelimit rows: %s on the same Redis with the same descriptors, its defaults otherwise (REDIS_POOL_SIZE 10, no pipeline window); its CPU in the quotad CPU column\n", b.o.ratelimit)
+			}
+			break
+		}
+	}
 	fmt.Fprintln(b.out)
 }
 
@@ -448,6 +552,100 @@ func (b *bench) tracedSidecar(ctx context.Context, base *sidecar, ratio float64)
 	return sc, nil
 }
 
+// rlsSidecar is the sidecar of base's build serving Envoy's rate limit
+// service on a second socket, started the first time.
+func (b *bench) rlsSidecar(ctx context.Context, base *sidecar) (*sidecar, error) {
+	if b.rls != nil {
+		return b.rls, nil
+	}
+	file := base.label + "-rls"
+	cfg := filepath.Join(b.dir, file+".yaml")
+	if err := os.WriteFile(cfg, []byte(rlsConfig()), 0o644); err != nil {
+		return nil, err
+	}
+	sc := &sidecar{label: base.label, bin: base.bin, file: file, rlsSocket: filepath.Join(b.dir, file+"-envoy.sock")}
+	sc.args = []string{"--rls-socket", sc.rlsSocket, "--rls-config", cfg}
+	if err := b.startSidecar(ctx, sc); err != nil {
+		return nil, err
+	}
+	b.rls = sc
+	return sc, nil
+}
+
+// referenceServer is envoyproxy/ratelimit's server on the same Redis,
+// serving rlsConfig on a Unix socket, started the first time. Its statsd
+// is off and its HTTP ports are free ones on the loopback.
+func (b *bench) referenceServer(ctx context.Context) (*sidecar, error) {
+	if b.reference != nil {
+		return b.reference, nil
+	}
+	runtime := filepath.Join(b.dir, "ratelimit-runtime")
+	cfgDir := filepath.Join(runtime, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(rlsConfig()), 0o644); err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	sc := &sidecar{label: "reference", bin: b.o.ratelimit, file: "ratelimit", rlsSocket: filepath.Join(b.dir, "ratelimit.sock")}
+	sc.log = filepath.Join(b.dir, "ratelimit.log")
+	logf, err := os.Create(sc.log)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	sc.cmd = exec.Command(sc.bin)
+	sc.cmd.Env = append(os.Environ(),
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+b.redis.Addr(), "CACHE_KEY_PREFIX=bench-reference:",
+		"RUNTIME_ROOT="+runtime, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
+		"GRPC_UDS="+sc.rlsSocket, "USE_STATSD=false", "LOG_LEVEL=warn",
+		"HOST=127.0.0.1", "PORT="+ports[0], "DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+ports[1], "GRPC_HOST=127.0.0.1", "GRPC_PORT="+ports[2],
+	)
+	sc.cmd.Stdout, sc.cmd.Stderr = logf, logf
+	if err := sc.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start envoyproxy/ratelimit: %w", err)
+	}
+	sc.exited = make(chan struct{})
+	go func() { _ = sc.cmd.Wait(); close(sc.exited) }()
+	b.reference = sc
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, err := loadgen.RunRLS(ctx, loadgen.RLSConfig{Socket: sc.rlsSocket, Duration: time.Millisecond, Domain: rlsDomain, Keys: rlsKeys, SubjectPrefix: "warm-"})
+		if err == nil && res.Allowed > 0 {
+			return sc, nil
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(sc.log)
+			return nil, fmt.Errorf("envoyproxy/ratelimit did not answer: %v\n%s", err, log)
+		}
+		select {
+		case <-sc.exited:
+			log, _ := os.ReadFile(sc.log)
+			return nil, fmt.Errorf("envoyproxy/ratelimit exited:\n%s", log)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// freePorts returns n loopback ports free a moment ago.
+func freePorts(n int) ([]string, error) {
+	var ports []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		_, p, _ := net.SplitHostPort(l.Addr().String())
+		ports = append(ports, p)
+	}
+	return ports, nil
+}
+
 // stopTraced stops the tracing rows' sidecars, which send their last
 // spans as they exit.
 func (b *bench) stopTraced() {
@@ -462,6 +660,7 @@ func (b *bench) startSidecar(ctx context.Context, sc *sidecar) error {
 	sc.socket = filepath.Join(b.dir, file+".sock")
 	sc.log = filepath.Join(b.dir, file+".log")
 	args := []string{"serve", "--socket", sc.socket, "--redis-url", b.redis.URL(), "--log-level", "warn", "--key-prefix", "bench:"}
+	args = append(args, sc.args...)
 	args = append(args, strings.Fields(b.o.sidecarArgs)...)
 	logf, err := os.Create(sc.log)
 	if err != nil {
@@ -562,7 +761,7 @@ func (b *bench) measure(ctx context.Context, r row, sc *sidecar, round int) (sam
 	if sc != nil {
 		cfg := loadgen.Config{
 			Socket: sc.socket, Conns: r.conns, InFlight: r.inflight, Duration: b.o.duration,
-			Subjects: cmp.Or(r.subjects, b.o.subjects), SubjectPrefix: prefix, RequestIDs: r.requestIDs,
+			Subjects: cmp.Or(r.subjects, b.o.subjects), SubjectPrefix: prefix, RequestIDs: r.requestIDs, Checks: r.checks,
 		}
 		switch r.algorithm {
 		case "token_bucket":
@@ -572,15 +771,26 @@ func (b *bench) measure(ctx context.Context, r row, sc *sidecar, round int) (sam
 		case "sliding_window":
 			cfg.Algorithm, cfg.Limit, cfg.WindowMS = r.algorithm, limit, windowMS
 		case "calendar":
-			// A day's limit: no row reaches it, whatever the hour.
-			cfg.Algorithm, cfg.Limit, cfg.Period = r.algorithm, limit, "day"
+			// A day's limit: no row reaches it, whatever the hour. A
+			// minute's (the rls rows') is not reached either: each
+			// round has subjects of its own.
+			cfg.Algorithm, cfg.Limit, cfg.Period = r.algorithm, limit, cmp.Or(r.period, "day")
 		default:
 			cfg.Limit, cfg.WindowMS = limit, windowMS
 		}
 		if r.policy != "" {
 			cfg = policyLoad(cfg, r.policy)
 		}
-		res, err := loadgen.Run(ctx, cfg)
+		var res loadgen.Result
+		var err error
+		if r.rls {
+			res, err = loadgen.RunRLS(ctx, loadgen.RLSConfig{
+				Socket: sc.rlsSocket, Streams: r.conns, InFlight: r.inflight, Duration: b.o.duration,
+				Domain: rlsDomain, Keys: rlsKeys, Subjects: b.o.subjects, SubjectPrefix: prefix,
+			})
+		} else {
+			res, err = loadgen.Run(ctx, cfg)
+		}
 		if r.policy != "" {
 			settleAllotments()
 		}

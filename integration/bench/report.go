@@ -202,7 +202,7 @@ func (b *bench) checks(ctx context.Context, samples [][][]sample, k int) error {
 	cpu := medianOf(samples[rowPipelining][k], func(s sample) float64 { return s.sidecarCPU })
 	conns := 0
 	for i, r := range matrix {
-		if r.sidecar {
+		if r.sidecar && !r.reference {
 			for _, s := range of(samples, i, k) {
 				conns = max(conns, s.redisConns)
 			}
@@ -246,6 +246,9 @@ func (b *bench) checks(ctx context.Context, samples [][][]sample, k int) error {
 		}
 		x := pairedRatio(ss, samples[rowPipelining][k], rate)
 		fmt.Fprintf(b.out, "%-58s %8.2fx  target >= 0.8x  %s\n", label(matrix[row].name+" vs fixed window"), x, verdict(x >= 0.8))
+	}
+	if k == 0 {
+		b.rlsChecks(samples)
 	}
 	fmt.Fprintf(b.out, "%-58s %8v    (in-process client: %v; one at a time: %v)\n", label("PING p99 of another Redis client, pipelining"),
 		dur(samples[rowPipelining][k], func(s sample) time.Duration { return s.probeP99 }),
@@ -439,5 +442,37 @@ func waitDeciding(ctx context.Context, socket string) error {
 			return fmt.Errorf("the sidecar still refuses takes after 30 s: %s", raw)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// rlsChecks prints the targets of Envoy's rate limit service, measured on
+// the main build only: its decisions/s against the socket's doing the same
+// decisions, and quotad's CPU per request of each, paired by round.
+func (b *bench) rlsChecks(samples [][][]sample) {
+	cpu := func(s sample) float64 { return s.sidecarCPU }
+	for _, p := range []struct{ rls, socket, shape string }{
+		{rowRLSPipe, rowRLSSocketPipe, "64x16"},
+		{rowRLSOne, rowRLSSocketOne, "16x1"},
+	} {
+		r, s := rowNamed(p.rls), rowNamed(p.socket)
+		if !b.measured(r) || !b.measured(s) {
+			continue
+		}
+		x := pairedRatio(samples[r][0], samples[s][0], rate)
+		fmt.Fprintf(b.out, "%-58s %8.2fx  target >= 0.7x  %s\n", "RLS vs socket decisions/s, 2 descriptors, "+p.shape, x, verdict(x >= 0.7))
+		c := pairedRatio(samples[r][0], samples[s][0], cpu)
+		fmt.Fprintf(b.out, "%-58s %8.2fx  target <= 2x    %s (%.1f µs against %.1f µs)\n", "quotad CPU per request, RLS vs socket, "+p.shape, c, verdict(c <= 2),
+			medianOf(samples[r][0], cpu), medianOf(samples[s][0], cpu))
+	}
+	for _, p := range []struct{ reference, rls, shape string }{
+		{rowReferencePipe, rowRLSPipe, "64x16"},
+		{rowReferenceOne, rowRLSOne, "16x1"},
+	} {
+		ref, r := rowNamed(p.reference), rowNamed(p.rls)
+		if !b.measured(ref) || !b.measured(r) {
+			continue
+		}
+		fmt.Fprintf(b.out, "%-58s %8.2fx  (CPU per request %.1f µs against quotad's %.1f µs)\n", "envoyproxy/ratelimit vs quotad RLS decisions/s, "+p.shape,
+			pairedRatio(samples[ref][0], samples[r][0], rate), medianOf(samples[ref][0], cpu), medianOf(samples[r][0], cpu))
 	}
 }

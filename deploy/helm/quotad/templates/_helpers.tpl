@@ -26,12 +26,34 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ .Values.socket.dir }}/quotad.sock
 {{- end -}}
 
+{{- define "quotad.rlsSocketPath" -}}
+{{ .Values.socket.dir }}/{{ .Values.rls.socketName }}
+{{- end -}}
+
 {{/*
 quotad.podLabels: labels for the pod template of a workload with the
 sidecar; the PodMonitor selects them.
 */}}
 {{- define "quotad.podLabels" -}}
 quotad/sidecar: "true"
+{{- if .Values.rls.enabled }}
+quotad/rls: {{ include "quotad.fullname" . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+quotad.podAnnotations: annotations for the pod template of a workload with
+the sidecar: with rls.istio.enabled, Istio's injector mounts the socket's
+volume into istio-proxy, which then reaches the rate limit service. Empty
+otherwise.
+
+  annotations:
+    {{- include "quotad.podAnnotations" . | nindent 4 }}
+*/}}
+{{- define "quotad.podAnnotations" -}}
+{{- if and .Values.rls.enabled .Values.rls.istio.enabled -}}
+sidecar.istio.io/userVolumeMount: {{ dict "quotad-socket" (dict "mountPath" .Values.socket.dir) | toJson | quote }}
+{{- end }}
 {{- end -}}
 
 {{/*
@@ -145,6 +167,12 @@ quotad.sidecar: the native sidecar, one item of a pod's initContainers:
       value: {{ .Values.socket.mode | quote }}
     - name: QUOTAD_CONFIG
       value: /etc/quotad/policies.yaml
+    {{- if .Values.rls.enabled }}
+    - name: QUOTAD_RLS_SOCKET
+      value: {{ include "quotad.rlsSocketPath" . }}
+    - name: QUOTAD_RLS_CONFIG
+      value: /etc/quotad-rls/ratelimit.yaml
+    {{- end }}
     {{- include "quotad.redisEnv" . | nindent 4 }}
     - name: QUOTAD_HTTP_ADDR
       value: $(POD_IP):{{ .Values.httpPort }}
@@ -167,6 +195,11 @@ quotad.sidecar: the native sidecar, one item of a pod's initContainers:
     - name: quotad-policies
       mountPath: /etc/quotad
       readOnly: true
+    {{- if .Values.rls.enabled }}
+    - name: quotad-rls
+      mountPath: /etc/quotad-rls
+      readOnly: true
+    {{- end }}
   startupProbe:
     {{- include "quotad.probe" (dict "probe" .Values.probes.startup) | nindent 4 }}
   livenessProbe:
@@ -180,7 +213,8 @@ quotad.sidecar: the native sidecar, one item of a pod's initContainers:
 {{- end -}}
 
 {{/*
-quotad.volumes: the socket's emptyDir and the policies, items of a pod's
+quotad.volumes: the socket's emptyDir and the policies (and with
+rls.enabled the rate limit service's descriptors), items of a pod's
 volumes.
 */}}
 {{- define "quotad.volumes" -}}
@@ -191,6 +225,11 @@ volumes.
 - name: quotad-policies
   configMap:
     name: {{ include "quotad.fullname" . }}-policies
+{{- if .Values.rls.enabled }}
+- name: quotad-rls
+  configMap:
+    name: {{ include "quotad.fullname" . }}-rls
+{{- end }}
 {{- end -}}
 
 {{/*

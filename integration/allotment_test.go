@@ -871,6 +871,15 @@ func TestAllotmentsReturnOnceWhenRetried(t *testing.T) {
 	g := startAllotGroup(t, 1, true, "--redis-timeout", "10s")
 	const policy, subject = "fw-lose", "s"
 	key := luascript.FixedWindowKey(g.prefix, policy, subject)
+	// A return on another subject first, so that Redis holds the
+	// scripts before any reply is held back: the sidecar loads a script
+	// when it first needs it.
+	offerFor(t, g.sidecars, takeLine(policy, "warm"), 300*time.Millisecond)
+	waitHeld(t, g.sidecars, policy)
+	eventually(t, "the warm-up's return to be counted", func() bool {
+		return sumMetric(t, g.sidecars, metricReturned, policy)+sumMetric(t, g.sidecars, metricLost, policy) > 0
+	})
+	returnedBefore, lostBefore := sumMetric(t, g.sidecars, metricReturned, policy), sumMetric(t, g.sidecars, metricLost, policy)
 	o := offerFor(t, g.sidecars, takeLine(policy, subject), 300*time.Millisecond)
 	held := sumMetric(t, g.sidecars, metricHeld, policy)
 	if held <= 0 {
@@ -914,8 +923,8 @@ func TestAllotmentsReturnOnceWhenRetried(t *testing.T) {
 	waitHeld(t, g.sidecars, policy)
 	var returned, lost float64
 	eventually(t, "every unit held to be counted returned or lost", func() bool {
-		returned = sumMetric(t, g.sidecars, metricReturned, policy)
-		lost = sumMetric(t, g.sidecars, metricLost, policy)
+		returned = sumMetric(t, g.sidecars, metricReturned, policy) - returnedBefore
+		lost = sumMetric(t, g.sidecars, metricLost, policy) - lostBefore
 		return returned+lost >= held
 	})
 	got := count(t, g.redis, g.prefix, "fixed_window", policy, subject)

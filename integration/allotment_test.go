@@ -756,8 +756,8 @@ func TestAllotmentsLoseNothing(t *testing.T) {
 		g := startAllotGroup(t, allotSidecars, false)
 		for _, alg := range allotAlgorithms {
 			policy := alg.policy + "-lose"
-			clearOfEdge(time.Minute, 5*time.Second)  // sw-lose's periods
-			clearOfEdge(24*time.Hour, 5*time.Second) // cal-lose's
+			clearOfEdge(time.Minute, 3*time.Second)  // sw-lose's periods
+			clearOfEdge(24*time.Hour, 3*time.Second) // cal-lose's
 			o := offerFor(t, g.sidecars, takeLine(policy, "s"), 400*time.Millisecond)
 			local := o.admittedLocally()
 			reserved := sumMetric(t, g.sidecars, metricReserved, policy)
@@ -831,8 +831,8 @@ func TestAllotmentsLoseNothing(t *testing.T) {
 		held := map[string]float64{}
 		// From the first load to the end of the drain, no period of
 		// sw-hold or cal-hold ends.
-		clearOfEdge(time.Minute, 10*time.Second)
-		clearOfEdge(24*time.Hour, 10*time.Second)
+		clearOfEdge(time.Minute, 6*time.Second)
+		clearOfEdge(24*time.Hour, 6*time.Second)
 		for _, alg := range allotAlgorithms {
 			policy := alg.policy + "-hold"
 			admitted[policy] = offerFor(t, g.sidecars, takeLine(policy, "s"), 300*time.Millisecond).admitted()

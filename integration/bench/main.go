@@ -139,6 +139,13 @@ type row struct {
 	reference bool
 	// period of a calendar row; "" is a day.
 	period string
+	// The allotment rows' (allotment.go): policy names a policy of the
+	// sidecar started with allotmentPolicies, which measures the row;
+	// subjects, when not 0, replaces -subjects; minRounds, when more than
+	// -rounds, measures the row in that many rounds.
+	policy    string
+	subjects  int
+	minRounds int
 }
 
 // The rows the checks read.
@@ -284,6 +291,9 @@ type bench struct {
 	// started at their first row; receiver gets their spans.
 	traced   map[float64]*sidecar
 	receiver *otlptest.Receiver
+	// allotment is the sidecar of the allotment rows, with its policy
+	// file, started at their first row.
+	allotment *sidecar
 	// rls is the main build's sidecar with the rate limit service on,
 	// and reference envoyproxy/ratelimit's server, each started at its
 	// first row.
@@ -320,6 +330,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	b := &bench{o: o, out: out, dir: dir, rows: rows, traced: map[float64]*sidecar{}}
 	defer func() {
 		b.stopTraced()
+		b.stopAllotment()
 		if b.receiver != nil {
 			b.receiver.Close()
 		}
@@ -371,7 +382,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			units = append(units, unit{i, k})
 		}
 	}
-	for round := 1; round <= o.rounds; round++ {
+	rounds := o.rounds
+	for _, u := range units {
+		rounds = max(rounds, matrix[u.row].minRounds)
+	}
+	for round := 1; round <= rounds; round++ {
 		// Alternate the order, so that no side always runs on a machine
 		// warmed (or tired) by another: in even rounds the baseline build
 		// runs each row before the main one.
@@ -381,6 +396,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 				u = units[len(units)-1-n]
 			}
 			r := matrix[u.row]
+			if round > max(o.rounds, r.minRounds) {
+				continue
+			}
 			var sc *sidecar
 			label := "in-process"
 			if r.sidecar {
@@ -399,6 +417,10 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 					label = "reference"
 				case r.rls || r.checks > 0:
 					if sc, err = b.rlsSidecar(ctx, sc); err != nil {
+						return fmt.Errorf("%s: %w", r.name, err)
+					}
+				case r.policy != "":
+					if sc, err = b.allotmentSidecar(ctx, sc); err != nil {
 						return fmt.Errorf("%s: %w", r.name, err)
 					}
 				}
@@ -476,6 +498,7 @@ func (b *bench) header() {
 	if b.rows != nil {
 		fmt.Fprintf(b.out, "rows: the fixed window's and the in-process client's, and those matching %s\n", b.rows)
 	}
+	b.allotmentHeader()
 	for i, r := range matrix {
 		if r.tracing > 0 && b.measured(i) {
 			fmt.Fprintln(b.out, "tracing rows: the main build exporting spans over OTLP gRPC to a receiver in this process, OTEL_TRACES_SAMPLER=parentbased_traceidratio with the row's ratio")
@@ -738,7 +761,7 @@ func (b *bench) measure(ctx context.Context, r row, sc *sidecar, round int) (sam
 	if sc != nil {
 		cfg := loadgen.Config{
 			Socket: sc.socket, Conns: r.conns, InFlight: r.inflight, Duration: b.o.duration,
-			Subjects: b.o.subjects, SubjectPrefix: prefix, RequestIDs: r.requestIDs, Checks: r.checks,
+			Subjects: cmp.Or(r.subjects, b.o.subjects), SubjectPrefix: prefix, RequestIDs: r.requestIDs, Checks: r.checks,
 		}
 		switch r.algorithm {
 		case "token_bucket":
@@ -755,6 +778,9 @@ func (b *bench) measure(ctx context.Context, r row, sc *sidecar, round int) (sam
 		default:
 			cfg.Limit, cfg.WindowMS = limit, windowMS
 		}
+		if r.policy != "" {
+			cfg = policyLoad(cfg, r.policy)
+		}
 		var res loadgen.Result
 		var err error
 		if r.rls {
@@ -764,6 +790,9 @@ func (b *bench) measure(ctx context.Context, r row, sc *sidecar, round int) (sam
 			})
 		} else {
 			res, err = loadgen.Run(ctx, cfg)
+		}
+		if r.policy != "" {
+			settleAllotments()
 		}
 		if err != nil {
 			<-connsDone
@@ -781,7 +810,7 @@ func (b *bench) measure(ctx context.Context, r row, sc *sidecar, round int) (sam
 			return s, fmt.Errorf("%d of %d takes were denied: the workload must stay under its limits", res.Denied, res.Replies)
 		}
 	} else {
-		res, err := b.inProcess(ctx, r.conns, prefix)
+		res, err := b.inProcess(ctx, r.conns, prefix, r.subjects)
 		if err != nil {
 			<-connsDone
 			return s, err
@@ -844,7 +873,10 @@ type inProcessResult struct {
 // inProcess is the in-process client quotad is compared with: one rueidis
 // client with default options, each goroutine calling the original script
 // one decision at a time, so rueidis's auto-pipelining batches them.
-func (b *bench) inProcess(ctx context.Context, goroutines int, prefix string) (inProcessResult, error) {
+// hotSubjects, when not 0, is the hot-key workload of the allotment rows
+// (allotment.go): that many subjects, each moving on to a fresh key before
+// the original script's largest limit is reached, so that none is denied.
+func (b *bench) inProcess(ctx context.Context, goroutines int, prefix string, hotSubjects int) (inProcessResult, error) {
 	var res inProcessResult
 	c, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress: []string{b.redis.Addr()}, DisableCache: true, ClientName: inProcessName,
@@ -860,6 +892,10 @@ func (b *bench) inProcess(ctx context.Context, goroutines int, prefix string) (i
 	}
 	var errCount atomic.Int64
 	var firstErr atomic.Pointer[error]
+	var hot *hotKeys
+	if hotSubjects > 0 {
+		hot = &hotKeys{subjects: hotSubjects}
+	}
 	lats := make([][]time.Duration, goroutines)
 	var done atomic.Int64
 	var wg sync.WaitGroup
@@ -877,9 +913,18 @@ func (b *bench) inProcess(ctx context.Context, goroutines int, prefix string) (i
 				rng ^= rng << 13
 				rng ^= rng >> 7
 				rng ^= rng << 17
-				key := "bench:" + prefix + "{" + strconv.FormatUint(rng%uint64(b.o.subjects), 10) + "}"
+				var key string
+				if hot != nil {
+					key = hot.key(prefix, rng)
+				} else {
+					key = "bench:" + prefix + "{" + strconv.FormatUint(rng%uint64(b.o.subjects), 10) + "}"
+				}
 				t0 := time.Now()
-				err := script.Exec(ctx, c, []string{key}, []string{id + strconv.FormatInt(n, 36), "1", lim, win}).Error()
+				resp := script.Exec(ctx, c, []string{key}, []string{id + strconv.FormatInt(n, 36), "1", lim, win})
+				err := resp.Error()
+				if err == nil && hot != nil {
+					err = notDenied(resp)
+				}
 				if n%16 == 0 {
 					lats[g] = append(lats[g], time.Since(t0))
 				}

@@ -254,6 +254,7 @@ func (b *bench) checks(ctx context.Context, samples [][][]sample, k int) error {
 		dur(samples[rowPipelining][k], func(s sample) time.Duration { return s.probeP99 }),
 		dur(samples[rowInProcPipe][0], func(s sample) time.Duration { return s.probeP99 }),
 		dur(samples[rowOneAtATime][k], func(s sample) time.Duration { return s.probeP99 }))
+	b.allotmentChecks(samples, k, label)
 
 	idle, err := b.idleCheck(ctx, sc)
 	if err != nil {

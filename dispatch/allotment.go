@@ -64,6 +64,14 @@ type allotments struct {
 	// running counts the reservations and returns in flight, for Close.
 	running sync.WaitGroup
 	m       allotMetrics
+	// returning counts the returns in flight (retMu), and settled, when
+	// a drain waits for them, is closed once none is; giveUp closes stop
+	// (once), and returns waiting for Redis then stop.
+	retMu     sync.Mutex
+	returning int
+	settled   chan struct{}
+	stop      chan struct{}
+	stopOnce  sync.Once
 }
 
 type allotShard struct {
@@ -126,6 +134,9 @@ type allot struct {
 	// the takes it will answer.
 	busy    bool
 	waiting []*Decision
+	// retrying: busy with a return that waits for Redis to be sent again;
+	// takes meanwhile go to Redis as any take, not waiting for it.
+	retrying bool
 	// The recent rate: units taken since rateFrom, and the estimate in
 	// units a second.
 	lastTake  time.Time
@@ -141,7 +152,8 @@ type allot struct {
 func newAllotments(d *Dispatcher, reg *prometheus.Registry) *allotments {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	a := &allotments{d: d, holder: hex.EncodeToString(b[:]), seed: maphash.MakeSeed(), m: newAllotMetrics(reg)}
+	a := &allotments{d: d, holder: hex.EncodeToString(b[:]), seed: maphash.MakeSeed(), m: newAllotMetrics(reg),
+		stop: make(chan struct{})}
 	for i := range a.shards {
 		a.shards[i].m = map[string]*allot{}
 	}
@@ -179,6 +191,10 @@ func (as *allotments) take(dec *Decision) bool {
 		return false
 	}
 	a := sh.m[c.key]
+	if a != nil && a.retrying {
+		sh.mu.Unlock()
+		return false
+	}
 	fresh := a == nil
 	if fresh {
 		rate := heat.warm(cost, now)
@@ -274,6 +290,10 @@ func (a *allot) answer(o *Outcome, now time.Time) {
 // reservation is one reservation's call, built under the shard's lock:
 // what it needs of its allot is copied here.
 type reservation struct {
+	// ret gives back, first, units whose period ended but that still
+	// count in the window (a sliding window's previous period): the
+	// reservation replaces the record the return names.
+	ret       *giveBackCall
 	args      luascript.Args
 	algorithm string
 	policy    string
@@ -286,9 +306,16 @@ type reservation struct {
 func (as *allotments) startReserve(a *allot, now time.Time) reservation {
 	a.busy = true
 	// Units that may no longer be handed out cannot be kept under the new
-	// reservation's record: their return would go to another period.
+	// reservation's record: they go back to their period first while it
+	// still counts, and are lost after.
+	var ret *giveBackCall
 	if a.held > 0 && !now.Before(a.validUntil) {
-		as.lose(a, a.held)
+		if now.Before(a.returnUntil) {
+			r := as.startReturn(a)
+			ret = &r
+		} else {
+			as.lose(a, a.held)
+		}
 	}
 	var waiting int64
 	for _, w := range a.waiting {
@@ -299,7 +326,7 @@ func (as *allotments) startReserve(a *allot, now time.Time) reservation {
 	a.seq++
 	args := allotArgs(&a.limit, first, a.key, want, as.holder, a.seq)
 	args.Kept = a.held
-	return reservation{args: args, want: want,
+	return reservation{ret: ret, args: args, want: want,
 		algorithm: a.limit.Algorithm.Name(), policy: a.policy}
 }
 
@@ -391,6 +418,10 @@ func (as *allotments) launch(f func()) {
 // reserve sends r for a and answers the takes waiting for it.
 func (as *allotments) reserve(sh *allotShard, a *allot, r reservation) {
 	d := as.d
+	if r.ret != nil {
+		// Not kept pending: the reservation replaces its record.
+		as.giveBack(context.Background(), *r.ret, nil)
+	}
 	r.sent = time.Now()
 	var res luascript.Reservation
 	call, err := luascript.ReserveCall(r.algorithm, r.args)
@@ -518,9 +549,11 @@ func (as *allotments) idle(sh *allotShard, a *allot) {
 	}
 	ret := as.startReturn(a)
 	a.timer.Reset(a.idle)
+	as.returnStarted()
 	sh.mu.Unlock()
 	as.launch(func() {
-		as.giveBack(context.Background(), ret)
+		defer as.returnEnded()
+		as.giveBack(context.Background(), ret, func() { as.retry(sh, a) })
 		as.returned(sh, a)
 	})
 }
@@ -531,12 +564,15 @@ type giveBackCall struct {
 	policy    string
 	args      luascript.Args
 	units     int64
+	// until is when the units stop counting in Redis: a return after it
+	// applies nothing.
+	until time.Time
 }
 
 // startReturn marks a busy and takes what it holds for a return.
 func (as *allotments) startReturn(a *allot) giveBackCall {
 	a.busy = true
-	r := giveBackCall{algorithm: a.limit.Algorithm.Name(), policy: a.policy, units: a.held,
+	r := giveBackCall{algorithm: a.limit.Algorithm.Name(), policy: a.policy, units: a.held, until: a.returnUntil,
 		args: allotReturnArgs(&a.limit, a.retKey, a.held, as.holder, a.seq)}
 	as.m.held.WithLabelValues(a.policy).Sub(float64(a.held))
 	a.held = 0
@@ -551,13 +587,18 @@ func allotReturnArgs(l *Limit, key string, units int64, holder string, seq int64
 	return a
 }
 
-// giveBack sends a return, and once more when its outcome is unknown: a
-// return is applied once however often it is sent. Units that could not
-// be given back, or whose window ended first, are counted lost.
-func (as *allotments) giveBack(parent context.Context, r giveBackCall) {
+// giveBack sends a return, and again while Redis is unavailable: a
+// return is applied once however often it is sent. With pending, a
+// return whose first attempt failed waits for the breaker to let calls
+// through (looked at every probe interval) and is sent again, until its
+// units stop counting (r.until), parent ends or the sidecar gives up
+// (giveUp); pending is called once before the first wait. Without, it
+// is sent at most twice, at once. Units not given back are counted lost.
+func (as *allotments) giveBack(parent context.Context, r giveBackCall, pending func()) {
 	d := as.d
 	call, err := luascript.ReturnCall(r.algorithm, r.args)
 	var n int64
+	unknown := false
 	for attempt := 1; err == nil; attempt++ {
 		err = d.allotCall(r.args.Key, time.Now(), func(ctx context.Context, client rueidis.Client) (err error) {
 			ctx, cancel := mergeDeadline(ctx, parent)
@@ -565,7 +606,25 @@ func (as *allotments) giveBack(parent context.Context, r giveBackCall) {
 			n, err = luascript.ParseReturn(call.Exec(ctx, client))
 			return err
 		})
-		if err == nil || attempt == 2 || !d.classify(err, nil).unknown {
+		if err == nil {
+			break
+		}
+		f := d.classify(err, nil)
+		unknown = unknown || f.unknown
+		if f.code != protocol.CodeUnavailable {
+			break
+		}
+		if pending == nil {
+			if attempt == 2 || !f.unknown {
+				break
+			}
+			err = nil
+			continue
+		}
+		if attempt == 1 {
+			pending()
+		}
+		if !as.retryWait(parent, r, attempt) {
 			break
 		}
 		err = nil
@@ -574,15 +633,102 @@ func (as *allotments) giveBack(parent context.Context, r giveBackCall) {
 		d.log.Warn("could not give back the units of an allotment", zap.String(keyPolicy, r.policy),
 			zap.String(keyKey, r.args.Key), zap.Int64("units", r.units), zap.Error(err))
 		n = 0
+	} else if n == 0 && unknown && time.Now().Before(r.until) {
+		// Sent again after an attempt whose outcome is unknown, and
+		// nothing applied while the units still count: only that attempt
+		// can have removed the reservation's record, so it gave them back.
+		n = r.units
 	}
 	as.m.returned.WithLabelValues(r.policy).Add(float64(n))
 	as.m.lost.WithLabelValues(r.policy).Add(float64(r.units - n))
 }
 
+// retryWait waits before attempt+1 of the return r: not at all after a
+// first attempt when the breaker lets calls through (a reset connection),
+// else a probe interval, the breaker's pace. False when r's units stop
+// counting first, or parent ends, or the sidecar gives up.
+func (as *allotments) retryWait(parent context.Context, r giveBackCall, attempt int) bool {
+	if attempt == 1 && as.d.store.Admit(r.args.Key) == nil {
+		return true
+	}
+	wait := max(as.d.store.ProbeInterval(), 10*time.Millisecond)
+	left := time.Until(r.until)
+	if left <= 0 {
+		return false
+	}
+	t := time.NewTimer(min(wait, left))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return time.Now().Before(r.until)
+	case <-parent.Done():
+	case <-as.stop:
+	}
+	return false
+}
+
+// returnStarted and returnEnded count a return in flight, for a drain to
+// wait for (waitReturns).
+func (as *allotments) returnStarted() {
+	as.retMu.Lock()
+	as.returning++
+	as.retMu.Unlock()
+}
+
+func (as *allotments) returnEnded() {
+	as.retMu.Lock()
+	as.returning--
+	if as.returning == 0 && as.settled != nil {
+		close(as.settled)
+		as.settled = nil
+	}
+	as.retMu.Unlock()
+}
+
+// waitReturns waits until no return is in flight; false when ctx ended
+// first.
+func (as *allotments) waitReturns(ctx context.Context) bool {
+	for {
+		as.retMu.Lock()
+		if as.returning == 0 {
+			as.retMu.Unlock()
+			return true
+		}
+		if as.settled == nil {
+			as.settled = make(chan struct{})
+		}
+		settled := as.settled
+		as.retMu.Unlock()
+		select {
+		case <-settled:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// giveUp ends the waits of the returns pending: their units are lost.
+func (as *allotments) giveUp() {
+	as.stopOnce.Do(func() { close(as.stop) })
+}
+
+// retry marks a's return as waiting to be sent again: the takes waiting
+// for it, and those that come until it ends, go to Redis as any take.
+func (as *allotments) retry(sh *allotShard, a *allot) {
+	sh.mu.Lock()
+	a.retrying = true
+	waiting := a.waiting
+	a.waiting = nil
+	sh.mu.Unlock()
+	for _, w := range waiting {
+		as.d.send(w)
+	}
+}
+
 // returned ends a's return: takes that came meanwhile get a reservation.
 func (as *allotments) returned(sh *allotShard, a *allot) {
 	sh.mu.Lock()
-	a.busy = false
+	a.busy, a.retrying = false, false
 	if len(a.waiting) == 0 || sh.closed {
 		waiting := a.waiting
 		a.waiting = nil
@@ -598,11 +744,11 @@ func (as *allotments) returned(sh *allotShard, a *allot) {
 }
 
 // ReturnAllotments gives back every unit this sidecar holds, for a
-// drain: the takes are answered by then. Units it cannot give back
+// drain: the takes are answered by then. It waits for the returns in
+// flight too, those after idle included; units it cannot give back
 // before ctx ends are counted lost.
 func (d *Dispatcher) ReturnAllotments(ctx context.Context) {
 	as := d.allot
-	var wg sync.WaitGroup
 	for i := range as.shards {
 		sh := &as.shards[i]
 		sh.mu.Lock()
@@ -617,16 +763,18 @@ func (d *Dispatcher) ReturnAllotments(ctx context.Context) {
 				continue
 			}
 			r := as.startReturn(a)
-			wg.Add(1)
+			as.returnStarted()
 			as.launch(func() {
-				defer wg.Done()
-				as.giveBack(ctx, r)
+				defer as.returnEnded()
+				as.giveBack(ctx, r, func() { as.retry(sh, a) })
 				as.returned(sh, a)
 			})
 		}
 		sh.mu.Unlock()
 	}
-	wg.Wait()
+	if !as.waitReturns(ctx) {
+		as.giveUp()
+	}
 }
 
 // close stops the idle timers and waits for the reservations and returns
@@ -643,6 +791,7 @@ func (as *allotments) close() {
 		}
 		sh.mu.Unlock()
 	}
+	as.giveUp()
 	as.running.Wait()
 }
 

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"quotad/integration/redistest"
+	"quotad/luascript"
 	"quotad/policy"
 	"quotad/store"
 )
@@ -421,5 +422,137 @@ func TestAllotmentSpanSaysAllotted(t *testing.T) {
 	}
 	if got := attrsOf(last)[attrAllotted]; !got.AsBool() {
 		t.Fatalf("the allotted take's span has quotad.allotted %v, want true", got.Emit())
+	}
+}
+
+// A return whose reply is lost opens the breaker: it is kept and sent
+// again once the breaker lets calls through, applied once, and its units
+// are counted returned, not lost.
+func TestAllotmentReturnSentAgainAfterTheBreakerCloses(t *testing.T) {
+	const deadline = 300 * time.Millisecond
+	r := redistest.Start(t)
+	p := redistest.StartFaultProxy(t, r.Addr())
+	st, err := store.OpenStore(store.StoreOptions{RedisURL: p.URL(), Timeout: deadline, ProbeInterval: 20 * time.Millisecond,
+		Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	waitFor(t, "redis to be up", st.Up)
+	d := New(Options{Store: st, Config: allotConfig(t, "1m"), Logger: zaptest.NewLogger(t), KeyPrefix: "qt:",
+		Registry: prometheus.NewRegistry(), RedisTimeout: deadline})
+	t.Cleanup(d.Close)
+
+	// A return on another subject first: the sidecar checks that Redis
+	// holds a script when it first sends it, and that check is not to be
+	// held back.
+	waitFor(t, "units held", func() bool {
+		decide(t, d, `{"op":"take","policy":"hot","subject":"warm"}`)
+		return gaugeOf(t, d.allot.m.held, "hot") > 0
+	})
+	d.ReturnAllotments(t.Context())
+	returnedBefore := counterOf(t, d.allot.m.returned, "hot")
+
+	var n int64
+	waitFor(t, "units held", func() bool {
+		if o := decide(t, d, `{"op":"take","policy":"hot","subject":"retried"}`); !o.Allowed {
+			t.Fatalf("take = %+v", o)
+		}
+		n++
+		return gaugeOf(t, d.allot.m.held, "hot") > 0
+	})
+	held := gaugeOf(t, d.allot.m.held, "hot")
+
+	// Replies stop reaching the sidecar: the drain's return reaches
+	// Redis, is applied, and its reply is lost.
+	p.SetLatency(redistest.ToClient, time.Hour)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		d.ReturnAllotments(ctx)
+	}()
+	waitFor(t, "the return to be applied", func() bool { return redisUsed(t, r, "hot", "retried") == n })
+	waitFor(t, "the breaker to open", func() bool { return !st.Up() })
+	select {
+	case <-drained:
+		t.Fatal("the drain ended while the return's outcome was unknown and redis down")
+	default:
+	}
+	p.SetLatency(redistest.ToClient, 0)
+	p.Reset()
+	<-drained
+
+	if used := redisUsed(t, r, "hot", "retried"); used != n {
+		t.Fatalf("used %d after the drain, want the %d allowed: the return was applied twice", used, n)
+	}
+	returned, lost := counterOf(t, d.allot.m.returned, "hot")-returnedBefore, counterOf(t, d.allot.m.lost, "hot")
+	if returned != held || lost != 0 {
+		t.Fatalf("%v held: %v counted returned, %v lost; want all returned", held, returned, lost)
+	}
+}
+
+// Units a sliding window's sidecar holds when their period ends go back
+// to that period, which still counts in the estimate, before the next
+// reservation: Redis then counts exactly what was admitted.
+func TestAllotmentSlidingPeriodEndGivesBack(t *testing.T) {
+	const window = 2 * time.Second
+	r := redistest.Start(t)
+	cfg, err := policy.ParseConfig([]byte(`
+policies:
+  edge:
+    algorithm: sliding_window
+    limit: 1000000
+    window: 2s
+    allotment: {idle: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	d := New(Options{Store: openStore(t, r), Config: cfg, Logger: zaptest.NewLogger(t), KeyPrefix: "qt:", Registry: reg})
+	t.Cleanup(d.Close)
+
+	// Units held early in a period, then takes in the next one.
+	time.Sleep(time.Until(time.Now().Truncate(window).Add(window + 50*time.Millisecond)))
+	var n int64
+	take := func() {
+		t.Helper()
+		if o := decide(t, d, `{"op":"take","policy":"edge","subject":"s"}`); !o.Allowed {
+			t.Fatalf("take = %+v", o)
+		}
+		n++
+	}
+	waitFor(t, "units held", func() bool {
+		take()
+		return gaugeOf(t, d.allot.m.held, "edge") > 0
+	})
+	next := time.Now().Truncate(window).Add(window)
+	time.Sleep(time.Until(next.Add(50 * time.Millisecond)))
+	reservations := counterOf(t, d.allot.m.reservations, "edge")
+	waitFor(t, "a reservation in the next period", func() bool {
+		take()
+		return counterOf(t, d.allot.m.reservations, "edge") > reservations
+	})
+	d.ReturnAllotments(context.Background())
+	if time.Now().After(next.Add(window)) {
+		t.Fatal("the drain ended after the next period: too late to compare")
+	}
+
+	fields, err := r.Do(t, "HMGET", luascript.SlidingWindowKey("qt:", "edge", "s"), "c", "p").AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := strconv.ParseInt(fields[0], 10, 64)
+	p, _ := strconv.ParseInt(fields[1], 10, 64)
+	if c+p != n {
+		t.Errorf("redis counts %d (this period) + %d (the previous), %d were admitted", c, p, n)
+	}
+	if lost := counterOf(t, d.allot.m.lost, "edge"); lost != 0 {
+		t.Errorf("%v units counted lost", lost)
+	}
+	if returned := counterOf(t, d.allot.m.returned, "edge"); returned == 0 {
+		t.Error("nothing counted returned")
 	}
 }

@@ -785,8 +785,8 @@ func TestAllotmentsLoseNothing(t *testing.T) {
 	})
 	// A sliding window's previous period counts in its estimate for a
 	// window more. Units a sidecar held when their period ended can no
-	// longer be handed out; what Redis counts beyond what was admitted is
-	// exactly what the sidecars counted lost.
+	// longer be handed out, and go back to that period: once every
+	// sidecar has been idle, Redis counts exactly what was admitted.
 	t.Run("sliding window across a period's end", func(t *testing.T) {
 		g := startAllotGroup(t, allotSidecars, false)
 		const window = 2 * time.Second
@@ -821,7 +821,7 @@ func TestAllotmentsLoseNothing(t *testing.T) {
 		if time.Now().After(end.Add(window)) {
 			t.Fatalf("the count was read after the period following the load's ended: too late to compare")
 		}
-		if float64(got-o.admitted()) != lost {
+		if got != o.admitted() || lost != 0 {
 			t.Errorf("Redis counts %d, %d were admitted (%+d), and the sidecars counted %v lost", got, o.admitted(), got-o.admitted(), lost)
 		}
 	})
@@ -864,7 +864,8 @@ func TestAllotmentsLoseNothing(t *testing.T) {
 // the fault proxy holds the reply of a sidecar's return back until Redis
 // has applied it, the test sends the same return again, as a retry would,
 // and then resets the connection, so the sidecar never learns that its
-// return was applied and sends it again if it can.
+// return was applied: it sends it again once Redis answers, and counts
+// its units returned, not lost.
 func TestAllotmentsReturnOnceWhenRetried(t *testing.T) {
 	// A deadline longer than the test waits for the return to be applied:
 	// the reset, not a timeout, ends the sidecar's first attempt.
@@ -933,8 +934,8 @@ func TestAllotmentsReturnOnceWhenRetried(t *testing.T) {
 	if got != o.admitted() {
 		t.Errorf("Redis counts %d, %d were admitted (%+d): a return was applied twice", got, o.admitted(), got-o.admitted())
 	}
-	if returned+lost != held {
-		t.Errorf("returned %v and lost %v of the %v held", returned, lost, held)
+	if returned != held || lost != 0 {
+		t.Errorf("returned %v and lost %v of the %v held, want all returned", returned, lost, held)
 	}
 }
 

@@ -42,9 +42,11 @@ import (
 // from what it granted. Units are handed out only while the window they
 // count in lasts (the reply's valid_ms, counted from before the call was
 // sent, so never past Redis's end of it); units left when it ends need
-// no return, and are counted lost. Units not used for idle without a
-// take on their key go back; a drain gives back everything held
-// (ReturnAllotments).
+// no return, and are counted lost, but for a sliding window's, which
+// count in the previous period for a window more and go back to it. Units
+// not used for idle without a take on their key go back; a drain gives
+// back everything held (ReturnAllotments). A return Redis may not have
+// applied stays pending until Redis answers again (giveBack).
 
 // allotHorizon is how much of the recent rate a reservation asks for.
 const allotHorizon = 100 * time.Millisecond

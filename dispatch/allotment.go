@@ -255,6 +255,14 @@ func (as *allotments) take(dec *Decision) bool {
 		sh.mu.Unlock()
 		return true
 	}
+	if a.held > 0 && !now.Before(a.validUntil) && now.Before(a.returnUntil) {
+		// Units of a sliding window's period that ended still count in
+		// the previous period: they go back there first, and the takes
+		// waiting get a reservation after (returned).
+		as.launchReturn(context.Background(), sh, a)
+		sh.mu.Unlock()
+		return true
+	}
 	r := as.startReserve(a, now)
 	sh.mu.Unlock()
 	as.launch(func() { as.reserve(sh, a, r) })
@@ -292,10 +300,6 @@ func (a *allot) answer(o *Outcome, now time.Time) {
 // reservation is one reservation's call, built under the shard's lock:
 // what it needs of its allot is copied here.
 type reservation struct {
-	// ret gives back, first, units whose period ended but that still
-	// count in the window (a sliding window's previous period): the
-	// reservation replaces the record the return names.
-	ret       *giveBackCall
 	args      luascript.Args
 	algorithm string
 	policy    string
@@ -308,16 +312,10 @@ type reservation struct {
 func (as *allotments) startReserve(a *allot, now time.Time) reservation {
 	a.busy = true
 	// Units that may no longer be handed out cannot be kept under the new
-	// reservation's record: they go back to their period first while it
-	// still counts, and are lost after.
-	var ret *giveBackCall
+	// reservation's record: their return would go to another period (take
+	// gives them back first while they still count).
 	if a.held > 0 && !now.Before(a.validUntil) {
-		if now.Before(a.returnUntil) {
-			r := as.startReturn(a)
-			ret = &r
-		} else {
-			as.lose(a, a.held)
-		}
+		as.lose(a, a.held)
 	}
 	var waiting int64
 	for _, w := range a.waiting {
@@ -328,7 +326,7 @@ func (as *allotments) startReserve(a *allot, now time.Time) reservation {
 	a.seq++
 	args := allotArgs(&a.limit, first, a.key, want, as.holder, a.seq)
 	args.Kept = a.held
-	return reservation{ret: ret, args: args, want: want,
+	return reservation{args: args, want: want,
 		algorithm: a.limit.Algorithm.Name(), policy: a.policy}
 }
 
@@ -420,10 +418,6 @@ func (as *allotments) launch(f func()) {
 // reserve sends r for a and answers the takes waiting for it.
 func (as *allotments) reserve(sh *allotShard, a *allot, r reservation) {
 	d := as.d
-	if r.ret != nil {
-		// Not kept pending: the reservation replaces its record.
-		as.giveBack(context.Background(), *r.ret, nil)
-	}
 	r.sent = time.Now()
 	var res luascript.Reservation
 	call, err := luascript.ReserveCall(r.algorithm, r.args)
@@ -549,13 +543,20 @@ func (as *allotments) idle(sh *allotShard, a *allot) {
 		sh.mu.Unlock()
 		return
 	}
-	ret := as.startReturn(a)
+	as.launchReturn(context.Background(), sh, a)
 	a.timer.Reset(a.idle)
-	as.returnStarted()
 	sh.mu.Unlock()
+}
+
+// launchReturn gives back what a holds, kept pending while Redis is
+// unavailable until parent ends; then the takes waiting get a
+// reservation. It is called with sh locked.
+func (as *allotments) launchReturn(parent context.Context, sh *allotShard, a *allot) {
+	r := as.startReturn(a)
+	as.returnStarted()
 	as.launch(func() {
 		defer as.returnEnded()
-		as.giveBack(context.Background(), ret, func() { as.retry(sh, a) })
+		as.giveBack(parent, r, func() { as.retry(sh, a) })
 		as.returned(sh, a)
 	})
 }
@@ -590,12 +591,12 @@ func allotReturnArgs(l *Limit, key string, units int64, holder string, seq int64
 }
 
 // giveBack sends a return, and again while Redis is unavailable: a
-// return is applied once however often it is sent. With pending, a
-// return whose first attempt failed waits for the breaker to let calls
-// through (looked at every probe interval) and is sent again, until its
-// units stop counting (r.until), parent ends or the sidecar gives up
-// (giveUp); pending is called once before the first wait. Without, it
-// is sent at most twice, at once. Units not given back are counted lost.
+// return is applied once however often it is sent. A return whose first
+// attempt failed is sent again at once when the breaker lets calls
+// through (a reset connection), else it waits for the breaker (looked at
+// every probe interval), until its units stop counting (r.until), parent
+// ends or the sidecar gives up (giveUp); pending is called once, after
+// the first attempt failed. Units not given back are counted lost.
 func (as *allotments) giveBack(parent context.Context, r giveBackCall, pending func()) {
 	d := as.d
 	call, err := luascript.ReturnCall(r.algorithm, r.args)
@@ -615,13 +616,6 @@ func (as *allotments) giveBack(parent context.Context, r giveBackCall, pending f
 		unknown = unknown || f.unknown
 		if f.code != protocol.CodeUnavailable {
 			break
-		}
-		if pending == nil {
-			if attempt == 2 || !f.unknown {
-				break
-			}
-			err = nil
-			continue
 		}
 		if attempt == 1 {
 			pending()
@@ -764,13 +758,7 @@ func (d *Dispatcher) ReturnAllotments(ctx context.Context) {
 			if a.held == 0 || a.busy {
 				continue
 			}
-			r := as.startReturn(a)
-			as.returnStarted()
-			as.launch(func() {
-				defer as.returnEnded()
-				as.giveBack(ctx, r, func() { as.retry(sh, a) })
-				as.returned(sh, a)
-			})
+			as.launchReturn(ctx, sh, a)
 		}
 		sh.mu.Unlock()
 	}

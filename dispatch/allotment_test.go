@@ -556,3 +556,28 @@ policies:
 		t.Error("nothing counted returned")
 	}
 }
+
+// A return waiting for Redis to answer again gives up at the drain's
+// deadline: its units are counted lost, and Close leaves nothing running
+// (goleak, in TestMain).
+func TestAllotmentPendingReturnGivesUpAtTheDrainsDeadline(t *testing.T) {
+	r := redistest.Start(t)
+	d, _ := newAllotDispatcher(t, r, "1m")
+	waitFor(t, "units held", func() bool {
+		decide(t, d, `{"op":"take","policy":"hot","subject":"down"}`)
+		return gaugeOf(t, d.allot.m.held, "hot") > 0
+	})
+	held := gaugeOf(t, d.allot.m.held, "hot")
+	r.Stop(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	d.ReturnAllotments(ctx)
+	if ctx.Err() == nil {
+		t.Fatal("the drain ended before its deadline with redis down")
+	}
+	d.Close()
+	returned, lost := counterOf(t, d.allot.m.returned, "hot"), counterOf(t, d.allot.m.lost, "hot")
+	if returned != 0 || lost != held {
+		t.Fatalf("%v held: %v counted returned, %v lost; want all lost", held, returned, lost)
+	}
+}

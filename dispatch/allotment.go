@@ -29,7 +29,7 @@ import (
 // The control law, per key: a key whose recent rate brings fewer than
 // allotHotUnits in allotHorizon is cold, and its takes go to Redis as any
 // take (a cold key without units held has no allot: a counter per hash,
-// heat, tells when it turns hot). Otherwise a reservation wants
+// heat, tells when it turns hot, once that rate lasted a second). Otherwise a reservation wants
 // allotHorizon of the rate plus the costs of the takes waiting for it,
 // at least the take's cost (allotWant); the script caps it by max_share
 // of what Redis says is left and by what is left, and grants at least
@@ -100,17 +100,27 @@ type heat struct {
 // again.
 const allotHeatWindow = time.Second
 
-// warm counts a take of cost at now, and reports the rate, in units a
-// second, of the units before it in the window, over at least
-// allotHorizon; 0 when none came.
-func (h *heat) warm(cost int64, now time.Time) float64 {
+// allotHeatUnits is how many units the keys of a heat counter must bring
+// within one allotHeatWindow for the key of a take to turn hot: the hot
+// rate (allotHotUnits in allotHorizon) kept up for a whole window. A
+// rate measured over less would make keys hot by chance: of 10,000 keys
+// taken a few times a second each, some see four takes within 100ms
+// every second, and each would pay a reservation and its return for a
+// handful of takes.
+const allotHeatUnits = allotHotUnits * int64(allotHeatWindow/allotHorizon)
+
+// warm counts a take of cost at now. It reports whether the units before
+// it in the window make the key hot (allotHeatUnits), and their rate in
+// units a second over at least allotHorizon: a new allot's first
+// estimate.
+func (h *heat) warm(cost int64, now time.Time) (rate float64, hot bool) {
 	t := now.UnixNano()
 	if t-h.from >= int64(allotHeatWindow) {
 		h.from, h.units = t, 0
 	}
 	before := h.units
 	h.units += cost
-	return float64(before) / max(time.Duration(t-h.from), allotHorizon).Seconds()
+	return float64(before) / max(time.Duration(t-h.from), allotHorizon).Seconds(), before >= allotHeatUnits
 }
 
 // allot is what the sidecar holds of one key. Its fields are guarded by
@@ -199,8 +209,8 @@ func (as *allotments) take(dec *Decision) bool {
 	}
 	fresh := a == nil
 	if fresh {
-		rate := heat.warm(cost, now)
-		if rate*allotHorizon.Seconds() < allotHotUnits {
+		rate, hot := heat.warm(cost, now)
+		if !hot {
 			// A cold key: a reservation would cover too few takes to pay
 			// for itself (and for the return of what it did not use).
 			// The take goes to Redis as any take, in the shared batch.

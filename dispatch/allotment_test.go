@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"context"
+	"hash/maphash"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -369,36 +371,65 @@ func TestObserveRate(t *testing.T) {
 // come at 40 a second or more, over at least 100 ms, within a second.
 func TestHeat(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	hot := func(rate float64) bool { return rate*allotHorizon.Seconds() >= allotHotUnits }
 	var h heat
-	if r := h.warm(20, t0); hot(r) {
-		t.Fatalf("a first take: rate %v", r)
+	if _, hot := h.warm(20, t0); hot {
+		t.Fatal("a first take of 20 units: hot")
 	}
-	if r := h.warm(5, t0.Add(400*time.Millisecond)); !hot(r) {
-		t.Fatalf("20 units 400 ms before: rate %v, want hot", r)
+	if _, hot := h.warm(5, t0.Add(400*time.Millisecond)); hot {
+		t.Fatal("20 units 400 ms before: hot, want the hot rate kept up for a second")
+	}
+	if rate, hot := h.warm(20, t0.Add(500*time.Millisecond)); hot || rate != 50 {
+		t.Fatalf("25 units in 500 ms: rate %v hot %v, want 50 and cold", rate, hot)
+	}
+	if rate, hot := h.warm(1, t0.Add(600*time.Millisecond)); !hot || rate != 75 {
+		t.Fatalf("45 units in 600 ms: rate %v hot %v, want 75 and hot", rate, hot)
 	}
 	var slow heat
 	for i := range 10 {
-		if r := slow.warm(1, t0.Add(time.Duration(i)*150*time.Millisecond)); hot(r) {
-			t.Fatalf("a unit every 150 ms: hot at take %d (rate %v)", i+1, r)
+		if _, hot := slow.warm(1, t0.Add(time.Duration(i)*150*time.Millisecond)); hot {
+			t.Fatalf("a unit every 150 ms: hot at take %d", i+1)
 		}
 	}
-	var pair heat
-	pair.warm(1, t0)
-	if r := pair.warm(1, t0.Add(time.Millisecond)); hot(r) {
-		t.Fatalf("two takes a ms apart: hot (rate %v)", r)
-	}
 	var burst heat
-	var r float64
 	for i := range 5 {
-		r = burst.warm(1, t0.Add(time.Duration(i)*time.Millisecond))
+		if _, hot := burst.warm(1, t0.Add(time.Duration(i)*time.Millisecond)); hot {
+			t.Fatalf("5 takes within 5 ms: hot at take %d", i+1)
+		}
 	}
-	if !hot(r) {
-		t.Fatalf("5 takes within 5 ms: rate %v, want hot", r)
+	var fast heat
+	took := 0
+	for hot := false; !hot; took++ {
+		_, hot = fast.warm(1, t0.Add(time.Duration(took)*500*time.Microsecond))
+	}
+	if int64(took) != allotHeatUnits+1 {
+		t.Fatalf("a take every 0.5 ms turned hot at take %d, want %d", took, allotHeatUnits+1)
 	}
 	// A second later the count starts again.
-	if r := burst.warm(1, t0.Add(2*time.Second)); hot(r) {
-		t.Fatalf("after a lull: rate %v", r)
+	if _, hot := fast.warm(1, t0.Add(2*time.Second)); hot {
+		t.Fatal("after a lull: hot")
+	}
+}
+
+// Keys taken a few times a second each stay cold, however many there
+// are: a burst of a few takes on one of them is not a hot key.
+func TestHeatManyColdKeys(t *testing.T) {
+	as := &allotments{seed: maphash.MakeSeed()}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const keys, perSecond, seconds = 10_000, 8, 3
+	t0 := time.Unix(1000, 0)
+	hot := map[string]bool{}
+	for n := range keys * perSecond * seconds {
+		at := t0.Add(time.Duration(n) * time.Second / (keys * perSecond))
+		key := "qt:{wide:" + strconv.Itoa(rng.IntN(keys)) + "}"
+		_, h := as.shard(key)
+		if _, isHot := h.warm(1, at); isHot {
+			hot[key] = true
+		}
+	}
+	// Keys that share a counter add up, so a few turn hot (about 0.4%);
+	// a rate measured over 100ms made about 15% of them hot.
+	if len(hot) > keys/100 {
+		t.Fatalf("%d of %d keys taken %d times a second each turned hot", len(hot), keys, perSecond)
 	}
 }
 

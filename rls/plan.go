@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -35,6 +36,25 @@ type plan struct {
 	checkRoom [smallPlan]check
 	givenRoom [smallPlan]dispatch.Given
 	givens    int
+	// runs are the decisions run for the call (Service.start).
+	runs []*run
+}
+
+var planPool = sync.Pool{New: func() any { return new(plan) }}
+
+// newPlan is an empty plan, reused when one is free.
+func newPlan() *plan {
+	p := planPool.Get().(*plan)
+	runs := p.runs[:0]
+	*p = plan{runs: runs}
+	return p
+}
+
+// freePlan puts p back; nothing may hold it or its given limits.
+func freePlan(p *plan) {
+	runs := p.runs[:0]
+	*p = plan{runs: runs}
+	planPool.Put(p)
 }
 
 // smallPlan is the number of descriptors a plan has room for without
@@ -92,7 +112,8 @@ func planOf(cfg *table, req *rlsv3.RateLimitRequest, quotaOf func(policy string)
 	if len(ds) > limits.MaxRLSDescriptors {
 		return nil, invalidf("%d descriptors: at most %d", len(ds), limits.MaxRLSDescriptors)
 	}
-	p := &plan{domain: req.GetDomain()}
+	p := newPlan()
+	p.domain = req.GetDomain()
 	if len(ds) <= smallPlan {
 		p.items, p.checks = p.itemRoom[:len(ds)], p.checkRoom[:0]
 	} else {

@@ -147,17 +147,36 @@ func (s *Service) quotaOf(name string) (quota int64, shadow, ok bool) {
 	return p.Shape().Quota(), p.Mode == policy.ModeShadow, true
 }
 
-// run is one decision in flight.
+// run is one decision of a call, with the room of its request. Runs are
+// reused: a call's runs go back to the pool with its plan once every one
+// of them ended (ended), when the call is answered.
 type run struct {
-	dec  dispatch.Decision
-	done chan struct{}
+	dec dispatch.Decision
+	// done gets a token when the decision ends; ended is set once it was
+	// received.
+	done  chan struct{}
+	ended bool
+	req   protocol.Request
+	// The room of a take of a few checks: its checks' requests and
+	// given limits.
+	checkRoom [smallPlan]protocol.Request
+	givenRoom [smallPlan]*dispatch.Given
 }
 
-// start prepares and runs req, with the limits given.
-func (s *Service) start(req *protocol.Request, given []*dispatch.Given) *run {
-	r := &run{done: make(chan struct{})}
-	r.dec.Done = func() { close(r.done) }
-	if _, decided := s.d.PrepareGiven(req, given, &r.dec); !decided {
+var runPool = sync.Pool{New: func() any {
+	r := &run{done: make(chan struct{}, 1)}
+	r.dec.Done = func() { r.done <- struct{}{} }
+	return r
+}}
+
+// start prepares and runs the decision of checks idx, with trace context
+// tr, as one of p's runs.
+func (s *Service) start(p *plan, checks []check, idx []int, tr protocol.Trace) *run {
+	r := runPool.Get().(*run)
+	r.ended = false
+	p.runs = append(p.runs, r)
+	given := s.request(r, checks, idx, tr)
+	if _, decided := s.d.PrepareGiven(&r.req, given, &r.dec); !decided {
 		s.d.Run(&r.dec)
 	}
 	return r
@@ -168,6 +187,7 @@ func (s *Service) start(req *protocol.Request, given []*dispatch.Given) *run {
 func (r *run) wait(ctx context.Context) (*dispatch.Outcome, error) {
 	select {
 	case <-r.done:
+		r.ended = true
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
@@ -175,6 +195,25 @@ func (r *run) wait(ctx context.Context) (*dispatch.Outcome, error) {
 		return nil, failure(o)
 	}
 	return &r.dec.Out, nil
+}
+
+// free puts p and its runs back for later calls, when every run ended: a
+// run still in flight holds its request and p's given limits, and is
+// left to the garbage collector with p.
+func free(p *plan) {
+	for _, r := range p.runs {
+		if !r.ended {
+			return
+		}
+	}
+	for i, r := range p.runs {
+		clear(r.checkRoom[:])
+		clear(r.givenRoom[:])
+		r.req = protocol.Request{}
+		runPool.Put(r)
+		p.runs[i] = nil
+	}
+	freePlan(p)
 }
 
 // failure is the gRPC error of a decision that failed: UNAVAILABLE while
@@ -202,17 +241,29 @@ func outcomeOf(o *dispatch.Outcome, j int) *dispatch.Outcome {
 	return &o.Checks[j]
 }
 
-// request builds the decision of checks idx, with trace context tr.
-func (s *Service) request(checks []check, idx []int, tr protocol.Trace) (*protocol.Request, []*dispatch.Given) {
-	given := make([]*dispatch.Given, len(idx))
+// request writes the decision of checks idx, with trace context tr, into
+// r.req, and returns its given limits.
+func (s *Service) request(r *run, checks []check, idx []int, tr protocol.Trace) []*dispatch.Given {
+	var given []*dispatch.Given
+	if len(idx) <= len(r.givenRoom) {
+		given = r.givenRoom[:len(idx)]
+	} else {
+		given = make([]*dispatch.Given, len(idx))
+	}
 	if len(idx) == 1 {
 		c := &checks[idx[0]]
-		req := c.req
-		req.Trace, req.Headers = tr, s.headers
+		r.req = c.req
+		r.req.Trace, r.req.Headers = tr, s.headers
 		given[0] = c.given
-		return &req, given
+		return given
 	}
-	req := &protocol.Request{Op: protocol.OpTake, Cost: 1, Trace: tr, Headers: s.headers, Checks: make([]protocol.Request, len(idx))}
+	r.req = protocol.Request{Op: protocol.OpTake, Cost: 1, Trace: tr, Headers: s.headers}
+	req := &r.req
+	if len(idx) <= len(r.checkRoom) {
+		req.Checks = r.checkRoom[:len(idx)]
+	} else {
+		req.Checks = make([]protocol.Request, len(idx))
+	}
 	policies := false
 	for j, i := range idx {
 		req.Checks[j] = checks[i].req
@@ -228,7 +279,7 @@ func (s *Service) request(checks []check, idx []int, tr protocol.Trace) (*protoc
 			req.Checks[j].RequestID = req.RequestID
 		}
 	}
-	return req, given
+	return given
 }
 
 // newRequestID is a fresh request id: 128 random bits in hex.
@@ -245,13 +296,14 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tr pr
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	defer free(p)
 	takes := make([]*dispatch.Outcome, len(p.checks))
 	peeks := make([]*dispatch.Outcome, len(p.peeks))
 	// Peeks (a cost of 0) and give backs (negative hits) deny nothing:
 	// each runs beside the take.
 	var peekRuns []*run
 	for i := range p.peeks {
-		peekRuns = append(peekRuns, s.start(s.request(p.peeks, []int{i}, tr)))
+		peekRuns = append(peekRuns, s.start(p, p.peeks, []int{i}, tr))
 	}
 	var headers *protocol.HeaderFields
 	if p.denied {
@@ -265,7 +317,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tr pr
 			}
 			c := p.checks[i]
 			c.req.Op = protocol.OpPeek
-			runs = append(runs, s.start(s.request([]check{c}, []int{0}, tr)))
+			runs = append(runs, s.start(p, []check{c}, []int{0}, tr))
 			idx = append(idx, i)
 		}
 		for j, r := range runs {
@@ -320,9 +372,9 @@ func (s *Service) take(ctx context.Context, p *plan, outs []*dispatch.Outcome, t
 		var o *dispatch.Outcome
 		var err error
 		if plain, pol, ok := s.split(p.checks, active); ok {
-			o, err = s.policyLast(ctx, p.checks, plain, pol, outs, tr)
+			o, err = s.policyLast(ctx, p, plain, pol, outs, tr)
 		} else {
-			o, err = s.takeOnce(ctx, p.checks, active, outs, tr)
+			o, err = s.takeOnce(ctx, p, p.checks, active, outs, tr)
 		}
 		if err != nil {
 			return nil, err
@@ -359,8 +411,8 @@ func (s *Service) take(ctx context.Context, p *plan, outs []*dispatch.Outcome, t
 
 // takeOnce takes checks idx as one decision, writing each one's outcome
 // into outs.
-func (s *Service) takeOnce(ctx context.Context, checks []check, idx []int, outs []*dispatch.Outcome, tr protocol.Trace) (*dispatch.Outcome, error) {
-	o, err := s.start(s.request(checks, idx, tr)).wait(ctx)
+func (s *Service) takeOnce(ctx context.Context, p *plan, checks []check, idx []int, outs []*dispatch.Outcome, tr protocol.Trace) (*dispatch.Outcome, error) {
+	o, err := s.start(p, checks, idx, tr).wait(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -401,23 +453,24 @@ func (s *Service) split(checks []check, active []int) (plain []int, pol int, ok 
 // needed. Between the steps the first holds its cost, which may deny
 // others meanwhile, never admit them. The outcome is the two steps' as
 // one take's.
-func (s *Service) policyLast(ctx context.Context, checks []check, plain []int, pol int, outs []*dispatch.Outcome, tr protocol.Trace) (*dispatch.Outcome, error) {
+func (s *Service) policyLast(ctx context.Context, p *plan, plain []int, pol int, outs []*dispatch.Outcome, tr protocol.Trace) (*dispatch.Outcome, error) {
+	checks := p.checks
 	// The steps are waited for even when the caller goes away, so that
 	// the call takes from both counters or from neither.
 	ctx = context.WithoutCancel(ctx)
 	sent := time.Now()
-	o1, err := s.takeOnce(ctx, checks, plain, outs, tr)
+	o1, err := s.takeOnce(ctx, p, checks, plain, outs, tr)
 	if err != nil {
 		return nil, err
 	}
 	took := time.Since(sent)
 	if o1.Allowed {
-		if _, err := s.takeOnce(ctx, checks, []int{pol}, outs, tr); err != nil {
-			s.giveBack(checks, plain, outs, sent, took, tr)
+		if _, err := s.takeOnce(ctx, p, checks, []int{pol}, outs, tr); err != nil {
+			s.giveBack(p, plain, outs, sent, took, tr)
 			return nil, err
 		}
 		if !outs[pol].Allowed {
-			s.giveBack(checks, plain, outs, sent, took, tr)
+			s.giveBack(p, plain, outs, sent, took, tr)
 		}
 	} else {
 		// Not asked, as a later step of a take in steps is not.
@@ -448,7 +501,8 @@ func (s *Service) policyLast(ctx context.Context, checks []check, plain []int, p
 // (windowStart); when that is not sure, or Redis's clock has left the
 // window, nothing is given back, and the cost is held until the window
 // ends: a give back never reaches a window the take did not count in.
-func (s *Service) giveBack(checks []check, idx []int, outs []*dispatch.Outcome, sent time.Time, took time.Duration, tr protocol.Trace) {
+func (s *Service) giveBack(p *plan, idx []int, outs []*dispatch.Outcome, sent time.Time, took time.Duration, tr protocol.Trace) {
+	checks := p.checks
 	var runs []*run
 	for _, i := range idx {
 		c, o := checks[i], outs[i]
@@ -465,10 +519,11 @@ func (s *Service) giveBack(checks []check, idx []int, outs []*dispatch.Outcome, 
 		g := *c.given
 		g.GiveBack, g.Period = true, start
 		c.given, c.req.Op = &g, protocol.OpPeek
-		runs = append(runs, s.start(s.request([]check{c}, []int{0}, tr)))
+		runs = append(runs, s.start(p, []check{c}, []int{0}, tr))
 	}
 	for _, r := range runs {
 		<-r.done
+		r.ended = true
 		if o := &r.dec.Out; o.Failed() {
 			s.log.Warn("could not give back a counter of a denied call: it holds its cost until its window ends",
 				zap.String("code", string(o.Code)), zap.String("message", o.Message))
@@ -500,13 +555,18 @@ func windowStart(l *descriptors.RateLimit, sent time.Time, took time.Duration, r
 // respond writes the response: one status per request descriptor, in
 // order, and the overall code over them as envoyproxy/ratelimit writes it.
 func (s *Service) respond(tab *table, req *rlsv3.RateLimitRequest, p *plan, takes, peeks []*dispatch.Outcome, headers *protocol.HeaderFields) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.items))}
+	// The statuses, and their durations, are allocated together.
+	n := len(p.items)
+	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	sts, durs := make([]rlsv3.RateLimitResponse_DescriptorStatus, n), make([]durationpb.Duration, n)
 	now := time.Now()
 	over, quotaTotal, quotaOver := false, 0, 0
-	var passed []*descriptors.RateLimit
+	var room [smallPlan]*descriptors.RateLimit
+	passed := room[:0]
 	for i := range p.items {
 		it := &p.items[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := &sts[i]
+		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		switch {
 		case it.limit == nil:
@@ -535,18 +595,18 @@ func (s *Service) respond(tab *table, req *rlsv3.RateLimitRequest, p *plan, take
 		denied := false
 		switch {
 		case it.empty:
-			st.DurationUntilReset = untilReset(it.limit, now)
+			st.DurationUntilReset = setDuration(&durs[i], untilReset(it.limit, now))
 		case c.over:
 			denied = true
 			if c.given != nil {
-				st.DurationUntilReset = untilReset(it.limit, now)
+				st.DurationUntilReset = setDuration(&durs[i], untilReset(it.limit, now))
 			}
 		case o != nil:
 			denied = o.Denied()
 			if !denied && !o.Skipped {
 				st.LimitRemaining = uint32(min(max(o.Remaining, 0), math.MaxUint32))
 			}
-			st.DurationUntilReset = durationpb.New(time.Duration(max(o.ResetMS, 0)) * time.Millisecond)
+			st.DurationUntilReset = setDuration(&durs[i], time.Duration(max(o.ResetMS, 0))*time.Millisecond)
 		}
 		shadow := c != nil && c.shadow
 		if o != nil && o.Shadow {
@@ -637,8 +697,15 @@ func unitOf(s limits.Shape) rlsv3.RateLimitResponse_RateLimit_Unit {
 
 // untilReset is the time to the end of l's window holding now, for a
 // status decided without Redis.
-func untilReset(l *descriptors.RateLimit, now time.Time) *durationpb.Duration {
+func untilReset(l *descriptors.RateLimit, now time.Time) time.Duration {
 	w := limits.EpochWindow(1, l.Unit.Seconds()*max(int64(l.UnitMultiplier), 1))
 	_, end := w.Bounds(now)
-	return durationpb.New(end.Sub(now).Round(time.Millisecond))
+	return end.Sub(now).Round(time.Millisecond)
+}
+
+// setDuration sets du to d, as durationpb.New would make it, and returns
+// it.
+func setDuration(du *durationpb.Duration, d time.Duration) *durationpb.Duration {
+	du.Seconds, du.Nanos = int64(d/time.Second), int32(d%time.Second)
+	return du
 }

@@ -156,3 +156,8 @@ func Listen(opts Options, listenUnix func(path string) (net.Listener, error)) ([
 	}
 	return ls, nil
 }
+
+// ServerOptions are the options of the service's gRPC server, for a
+// server that measures grpc-go's own cost beside it (make bench's gRPC
+// floor).
+func ServerOptions() []grpc.ServerOption { return serverOptions() }

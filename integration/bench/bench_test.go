@@ -19,6 +19,7 @@ import (
 var quotadBin string
 
 func TestMain(m *testing.M) {
+	floorMain()
 	dir, err := os.MkdirTemp("", "quotad-bench-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -60,6 +61,7 @@ func TestBenchRunsEveryStep(t *testing.T) {
 		"PING p99 of another Redis client", "token bucket, 64x16 vs fixed window", "sliding window, 64x16 vs fixed window",
 		"rls rows: the main build with --rls-socket", "RLS vs socket decisions/s, 2 descriptors, 64x16", "RLS vs socket decisions/s, 2 descriptors, 16x1",
 		"quotad CPU per request, RLS vs socket, 64x16", "quotad CPU per request, RLS vs socket, 16x1",
+		"gRPC floor CPU per call vs socket request, 64x16", "quotad CPU per RLS request above the floor vs socket, 16x1",
 	}
 	for _, r := range matrix {
 		if r.reference {

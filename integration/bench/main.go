@@ -75,6 +75,7 @@ type options struct {
 }
 
 func main() {
+	floorMain()
 	var o options
 	flag.StringVar(&o.quotad, "quotad", "bin/quotad", "quotad binary to measure")
 	flag.StringVar(&o.baseline, "baseline", os.Getenv("BASELINE"), "a second quotad binary measured in the same run, its rounds alternating with -quotad's (BASELINE)")
@@ -135,8 +136,9 @@ type row struct {
 	checks int
 	rls    bool
 	// reference: an rls row served by envoyproxy/ratelimit (-envoy-ratelimit)
-	// on the same Redis instead of quotad.
-	reference bool
+	// on the same Redis instead of quotad; floor: by the gRPC floor
+	// (floor.go), a server with quotad's gRPC options that decides nothing.
+	reference, floor bool
 	// period of a calendar row; "" is a day.
 	period string
 	// The allotment rows' (allotment.go): policy names a policy of the
@@ -192,6 +194,8 @@ var matrix = []row{
 	{name: rowRLSPipe, sidecar: true, conns: 64, inflight: 16, rls: true, inProcess: -1, mainOnly: true},
 	{name: rowRLSSocketOne, sidecar: true, algorithm: "calendar", conns: 16, inflight: 1, checks: 2, period: "minute", inProcess: -1, mainOnly: true},
 	{name: rowRLSOne, sidecar: true, conns: 16, inflight: 1, rls: true, inProcess: -1, mainOnly: true},
+	{name: rowFloorPipe, sidecar: true, conns: 64, inflight: 16, rls: true, floor: true, inProcess: -1, mainOnly: true},
+	{name: rowFloorOne, sidecar: true, conns: 16, inflight: 1, rls: true, floor: true, inProcess: -1, mainOnly: true},
 	{name: rowReferencePipe, sidecar: true, conns: 64, inflight: 16, rls: true, reference: true, inProcess: -1, mainOnly: true},
 	{name: rowReferenceOne, sidecar: true, conns: 16, inflight: 1, rls: true, reference: true, inProcess: -1, mainOnly: true},
 }
@@ -202,6 +206,8 @@ const (
 	rowRLSPipe       = "rls: ShouldRateLimit, 2 descriptors, 64 streams x 16"
 	rowRLSSocketOne  = "rls: socket, take of 2 checks, 16x1"
 	rowRLSOne        = "rls: ShouldRateLimit, 2 descriptors, 16 streams x 1"
+	rowFloorPipe     = "rls: gRPC floor, a handler deciding nothing, 64 streams x 16"
+	rowFloorOne      = "rls: gRPC floor, a handler deciding nothing, 16 streams x 1"
 	rowReferencePipe = "rls: envoyproxy/ratelimit, 2 descriptors, 64 streams x 16"
 	rowReferenceOne  = "rls: envoyproxy/ratelimit, 2 descriptors, 16 streams x 1"
 )
@@ -295,9 +301,9 @@ type bench struct {
 	// file, started at their first row.
 	allotment *sidecar
 	// rls is the main build's sidecar with the rate limit service on,
-	// and reference envoyproxy/ratelimit's server, each started at its
-	// first row.
-	rls, reference *sidecar
+	// reference envoyproxy/ratelimit's server, and floor the gRPC
+	// floor's, each started at its first row.
+	rls, reference, floor *sidecar
 }
 
 func run(ctx context.Context, o options, out io.Writer) (err error) {
@@ -334,7 +340,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		if b.receiver != nil {
 			b.receiver.Close()
 		}
-		for _, sc := range []*sidecar{b.rls, b.reference} {
+		for _, sc := range []*sidecar{b.rls, b.reference, b.floor} {
 			if sc != nil {
 				b.stopSidecar(sc)
 			}
@@ -415,6 +421,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 						return fmt.Errorf("%s: %w", r.name, err)
 					}
 					label = "reference"
+				case r.floor:
+					if sc, err = b.floorServer(ctx); err != nil {
+						return fmt.Errorf("%s: %w", r.name, err)
+					}
+					label = "floor"
 				case r.rls || r.checks > 0:
 					if sc, err = b.rlsSidecar(ctx, sc); err != nil {
 						return fmt.Errorf("%s: %w", r.name, err)

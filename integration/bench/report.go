@@ -464,6 +464,21 @@ func (b *bench) rlsChecks(samples [][][]sample) {
 		fmt.Fprintf(b.out, "%-58s %8.2fx  target <= 2x    %s (%.1f µs against %.1f µs)\n", "quotad CPU per request, RLS vs socket, "+p.shape, c, verdict(c <= 2),
 			medianOf(samples[r][0], cpu), medianOf(samples[s][0], cpu))
 	}
+	for _, p := range []struct{ floor, rls, socket, shape string }{
+		{rowFloorPipe, rowRLSPipe, rowRLSSocketPipe, "64x16"},
+		{rowFloorOne, rowRLSOne, rowRLSSocketOne, "16x1"},
+	} {
+		f, r, s := rowNamed(p.floor), rowNamed(p.rls), rowNamed(p.socket)
+		if !b.measured(f) || !b.measured(r) || !b.measured(s) {
+			continue
+		}
+		floor, socket := medianOf(samples[f][0], cpu), medianOf(samples[s][0], cpu)
+		fmt.Fprintf(b.out, "%-58s %8.2fx  (%.1f µs: grpc-go alone, against a whole socket request's %.1f µs)\n", "gRPC floor CPU per call vs socket request, "+p.shape,
+			pairedRatio(samples[f][0], samples[s][0], cpu), floor, socket)
+		above := medianOf(samples[r][0], cpu) - floor
+		fmt.Fprintf(b.out, "%-58s %8.2fx  (%.1f µs above the floor: matching, deciding, answering)\n", "quotad CPU per RLS request above the floor vs socket, "+p.shape,
+			above/socket, above)
+	}
 	for _, p := range []struct{ reference, rls, shape string }{
 		{rowReferencePipe, rowRLSPipe, "64x16"},
 		{rowReferenceOne, rowRLSOne, "16x1"},

@@ -187,9 +187,12 @@ func checksCall(s *script, checks []TakeCheck, requestID, digest string) (Call, 
 	if (requestID == "") != (digest == "") || digest != "" && !isDigest(digest) {
 		return Call{}, &Error{Code: CodeInvalid, Message: "digest must be 16 hex digits with a request id, empty without"}
 	}
-	keys := make([]string, 0, len(checks))
-	args := []string{strconv.Itoa(len(checks)), requestID, digest}
-	owner := make(map[string]int, len(checks))
+	nk, na := 0, 3
+	for _, c := range checks {
+		nk, na = nk+len(c.Call.keys), na+4+len(c.Call.args)
+	}
+	keys := make([]string, 0, nk)
+	args := append(make([]string, 0, na), strconv.Itoa(len(checks)), requestID, digest)
 	for i, c := range checks {
 		mb, ok := takeBodyOf(c.Call.s)
 		if !ok {
@@ -198,18 +201,31 @@ func checksCall(s *script, checks []TakeCheck, requestID, digest string) (Call, 
 		if id := mb.c.index("id"); len(c.Call.args) < id || c.Call.args[id-1] != requestID {
 			return Call{}, &Error{Code: CodeInvalid, Message: "check " + strconv.Itoa(i+1) + ": its request_id is not the take's"}
 		}
+		// A take has few keys: a scan of those before is cheaper than a
+		// map.
 		for _, k := range c.Call.keys {
-			if j, dup := owner[k]; dup {
-				return Call{}, &Error{Code: CodeInvalid, Message: "checks " + strconv.Itoa(j+1) + " and " + strconv.Itoa(i+1) +
+			if j := slices.Index(keys, k); j >= 0 {
+				return Call{}, &Error{Code: CodeInvalid, Message: "checks " + strconv.Itoa(ownerOf(checks, j)+1) + " and " + strconv.Itoa(i+1) +
 					" count against the same limit and subject: give each once"}
 			}
-			owner[k] = i
 		}
 		args = append(args, mb.fn, flag(c.Shadow), strconv.Itoa(len(c.Call.keys)), strconv.Itoa(len(c.Call.args)))
 		args = append(args, c.Call.args...)
 		keys = append(keys, c.Call.keys...)
 	}
 	return Call{s: s, keys: keys, args: args}, nil
+}
+
+// ownerOf is the index of the check of checks whose keys, listed one check
+// after another, hold the key at index k.
+func ownerOf(checks []TakeCheck, k int) int {
+	for i, c := range checks {
+		if k < len(c.Call.keys) {
+			return i
+		}
+		k -= len(c.Call.keys)
+	}
+	return -1
 }
 
 // ChecksDigest names a set of checks and their costs, whatever their

@@ -274,6 +274,12 @@ func TestTakeOfChecksRefusesBadCalls(t *testing.T) {
 			t.Errorf("%s: %v, want INVALID", name, err)
 		}
 	}
+	// The refusal names the two checks that share a key, past checks of
+	// several keys each (a calendar window's periods).
+	dup := []luascript.TakeCheck{{Call: e.calCheck(t, "c", 10, 1, "").call}, {Call: a.call}, {Call: e.calCheck(t, "d", 10, 1, "").call}, {Call: e.fwCheck(t, "a", 5, 1, "").call}}
+	if _, err := luascript.TakeChecksCall(dup, "", ""); err == nil || !strings.Contains(err.Error(), "checks 2 and 4 count against the same limit") {
+		t.Errorf("a key given twice: %v, want checks 2 and 4 named", err)
+	}
 	// Past Go's checks, the script refuses too, before touching Redis.
 	src := luascript.ScriptText("take_checks.lua")
 	for name, argv := range map[string][]string{

@@ -1,8 +1,11 @@
 package rls
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +14,14 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -383,5 +393,95 @@ func BenchmarkCodec(b *testing.B) {
 				data.Free()
 			}
 		})
+	}
+}
+
+// echo answers a request with a status per descriptor, its domain, and
+// the length of the unknown fields it kept.
+type echo struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+func (echo) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp := response(len(req.GetDescriptors()), false)
+	resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+		{Key: "domain", Value: req.GetDomain()},
+		{Key: "unknown", Value: strconv.Itoa(len(req.ProtoReflect().GetUnknown()))},
+	}
+	return resp, nil
+}
+
+// rawCodec sends a []byte as it is, as a client with a broken encoder
+// would, and everything else as grpc does.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if b, ok := v.([]byte); ok {
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	return protoCodec.Marshal(v)
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error { return protoCodec.Unmarshal(data, v) }
+
+// serve serves echo and the health service on a grpc.Server of opts and
+// returns a client connection to it.
+func serve(t *testing.T, opts ...grpc.ServerOption) *grpc.ClientConn {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	g := grpc.NewServer(opts...)
+	rlsv3.RegisterRateLimitServiceServer(g, echo{})
+	h := health.NewServer()
+	healthpb.RegisterHealthServer(g, h)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	t.Cleanup(func() {
+		g.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	conn, err := grpc.NewClient("passthrough:///bufconn",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// The server's options read requests with the codec (which drops unknown
+// fields, where grpc's codec keeps them), answer one it cannot read
+// INTERNAL as grpc's codec does, and leave the health service as it was.
+func TestServerCodec(t *testing.T) {
+	known := mustMarshal(t, twoDescriptors())
+	withUnknown := protowire.AppendString(protowire.AppendTag(append([]byte{}, known...), 99, protowire.BytesType), "x")
+	invalid := protowire.AppendString(protowire.AppendTag(append([]byte{}, known...), 1, protowire.BytesType), "\xff")
+	for _, c := range []struct {
+		name    string
+		opts    []grpc.ServerOption
+		unknown string
+	}{
+		{"rls", serverOptions(), "0"},
+		{"grpc", nil, strconv.Itoa(len(withUnknown) - len(known))},
+	} {
+		conn := serve(t, c.opts...)
+		resp := &rlsv3.RateLimitResponse{}
+		err := conn.Invoke(t.Context(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, withUnknown, resp, grpc.ForceCodecV2(rawCodec{}))
+		hs := resp.GetResponseHeadersToAdd()
+		if err != nil || len(resp.GetStatuses()) != 2 || len(hs) != 2 || hs[0].GetValue() != "edge" || hs[1].GetValue() != c.unknown {
+			t.Errorf("%s: a request with an unknown field: %v, %v; want 2 statuses, domain edge, %s bytes unknown", c.name, resp, err, c.unknown)
+		}
+		err = conn.Invoke(t.Context(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, invalid, &rlsv3.RateLimitResponse{}, grpc.ForceCodecV2(rawCodec{}))
+		if status.Code(err) != codes.Internal {
+			t.Errorf("%s: a domain of invalid UTF-8: %v, want INTERNAL", c.name, err)
+		}
+		h, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("%s: health: %v, %v", c.name, h, err)
+		}
 	}
 }

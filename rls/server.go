@@ -41,12 +41,14 @@ const window = 2 << 20
 // gets a goroutine of its own.
 const streamWorkers = 64
 
-// serverOptions are the gRPC server's: the request bound, the static
-// window, the stream workers, and keepalive pings from the client
-// allowed every 10 seconds even without calls, as Envoy's keepalive to
-// a local cluster may send them.
+// serverOptions are the gRPC server's: the codec that reads and writes
+// the service's messages without reflection (and every other one as
+// grpc does), the request bound, the static window, the stream workers,
+// and keepalive pings from the client allowed every 10 seconds even
+// without calls, as Envoy's keepalive to a local cluster may send them.
 func serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(codec{}),
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.InitialWindowSize(window),
 		grpc.InitialConnWindowSize(window),

@@ -36,7 +36,11 @@ type vtMessage interface {
 func (codec) Name() string { return grpcproto.Name }
 
 // Marshal writes a vtMessage into a buffer of its size, from grpc's pool
-// when it is large enough to be pooled, as grpc's codec does.
+// when it is large enough to be pooled, as grpc's codec does. Unlike
+// proto.Marshal, vtprotobuf does not check that strings are valid UTF-8:
+// a response's come from a request, which decodeRequest checked, from the
+// descriptors file, which YAML requires to be UTF-8, or from quotad's own
+// header fields.
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(vtMessage)
 	if !ok {
@@ -111,7 +115,7 @@ func decodeRequest(b []byte, m *rlsv3.RateLimitRequest, share bool) error {
 	if share {
 		d.s = string(b)
 	}
-	if descs, entries := count(b); descs > 0 {
+	if descs, entries := countDescriptors(b); descs > 0 {
 		d.descs = make([]ratelimitv3.RateLimitDescriptor, descs)
 		m.Descriptors = make([]*ratelimitv3.RateLimitDescriptor, 0, descs)
 		if entries > 0 {
@@ -152,10 +156,10 @@ func decodeRequest(b []byte, m *rlsv3.RateLimitRequest, share bool) error {
 // decoder holds what the messages of one request share: s, the copy of
 // the whole encoding its strings are cut from, or "" when each string is
 // a copy of its own; descs and entries, allocated at once as many as
-// count found, which newDescriptor and newEntry hand out in turn (and
-// allocate one by one when they run out, which only a malformed encoding
-// makes them do); entryPtrs, the pointers to the entries read so far, in
-// which each descriptor's are one run that becomes its Entries.
+// countDescriptors found, which newDescriptor and newEntry hand out in
+// turn (and allocate one by one when they run out, which only a malformed
+// encoding makes them do); entryPtrs, the pointers to the entries read so
+// far, in which each descriptor's are one run that becomes its Entries.
 type decoder struct {
 	s         string
 	descs     []ratelimitv3.RateLimitDescriptor
@@ -181,9 +185,9 @@ func (d *decoder) newEntry() *ratelimitv3.RateLimitDescriptor_Entry {
 	return e
 }
 
-// count counts the descriptors of the request encoded in b and their
+// countDescriptors counts the descriptors of the request encoded in b and their
 // entries, as far as b is well formed.
-func count(b []byte) (descs, entries int) {
+func countDescriptors(b []byte) (descs, entries int) {
 	r := reader{b: b}
 	for len(r.b) > 0 {
 		num, typ, err := r.tag()

@@ -30,8 +30,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// entries is a descriptor of the key and value pairs kv.
-func entries(kv ...string) *ratelimitv3.RateLimitDescriptor {
+// descriptorOf is a descriptor of the key and value pairs kv.
+func descriptorOf(kv ...string) *ratelimitv3.RateLimitDescriptor {
 	d := &ratelimitv3.RateLimitDescriptor{}
 	for i := 0; i+1 < len(kv); i += 2 {
 		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
@@ -43,8 +43,8 @@ func entries(kv ...string) *ratelimitv3.RateLimitDescriptor {
 // sends it.
 func twoDescriptors() *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
-		entries("remote_address", "10.1.2.3", "path", "/api/v1/orders"),
-		entries("tenant", "acme", "method", "POST"),
+		descriptorOf("remote_address", "10.1.2.3", "path", "/api/v1/orders"),
+		descriptorOf("tenant", "acme", "method", "POST"),
 	}}
 }
 
@@ -61,7 +61,7 @@ func mustMarshal(tb testing.TB, m proto.Message) []byte {
 // must treat as proto.Unmarshal does.
 func requestSeeds(tb testing.TB) [][]byte {
 	full := mustMarshal(tb, &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 3, Descriptors: []*ratelimitv3.RateLimitDescriptor{
-		entries("remote_address", "10.1.2.3", "path", "/api/v1/orders"),
+		descriptorOf("remote_address", "10.1.2.3", "path", "/api/v1/orders"),
 		{
 			Entries:    []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "ünïcødé"}},
 			Limit:      &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 42, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(30)},
@@ -191,8 +191,8 @@ func clearUnknown(m protoreflect.Message) {
 	})
 }
 
-// split is data in buffers of n bytes, as a message arrives in frames.
-func split(data []byte, n int) mem.BufferSlice {
+// buffersOf is data in buffers of n bytes, as a message arrives in frames.
+func buffersOf(data []byte, n int) mem.BufferSlice {
 	var s mem.BufferSlice
 	for len(data) > n {
 		s, data = append(s, mem.SliceBuffer(data[:n])), data[n:]
@@ -220,7 +220,7 @@ func FuzzCodecMatchesProto(f *testing.F) {
 		}{
 			{"shared strings", func(m *rlsv3.RateLimitRequest) error { return decodeRequest(data, m, true) }},
 			{"copied strings", func(m *rlsv3.RateLimitRequest) error { return decodeRequest(data, m, false) }},
-			{"codec, 3-byte buffers", func(m *rlsv3.RateLimitRequest) error { return codec{}.Unmarshal(split(data, 3), m) }},
+			{"codec, 3-byte buffers", func(m *rlsv3.RateLimitRequest) error { return codec{}.Unmarshal(buffersOf(data, 3), m) }},
 		} {
 			got := &rlsv3.RateLimitRequest{Domain: "stale", HitsAddend: 1, Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}
 			err := c.decode(got)
@@ -252,8 +252,8 @@ func TestCodecStringsOutliveBuffer(t *testing.T) {
 	}
 }
 
-// response is an answer of n statuses with all the service fills in.
-func response(n int, over bool) *rlsv3.RateLimitResponse {
+// responseOf is an answer of n statuses with all the service fills in.
+func responseOf(n int, over bool) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
 	for i := range n {
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{
@@ -278,7 +278,7 @@ func response(n int, over bool) *rlsv3.RateLimitResponse {
 // plain buffer when small, in a pooled one when large; other messages as
 // grpc's codec writes them.
 func TestCodecMarshal(t *testing.T) {
-	withAll := response(3, true)
+	withAll := responseOf(3, true)
 	withAll.ResponseHeadersToAdd = []*corev3.HeaderValue{
 		{Key: "RateLimit-Policy", Value: `"edge";q=100;w=60`}, {Key: "RateLimit", Value: `"edge";r=0;t=1`}, {Key: "Retry-After", Value: "1"},
 	}
@@ -288,13 +288,13 @@ func TestCodecMarshal(t *testing.T) {
 		t.Fatal(err)
 	}
 	withAll.DynamicMetadata = meta
-	large := response(40, false)
+	large := responseOf(40, false)
 	for _, c := range []struct {
 		name string
 		msg  proto.Message
 	}{
-		{"ok", response(2, false)},
-		{"over_limit", response(2, true)},
+		{"ok", responseOf(2, false)},
+		{"over_limit", responseOf(2, true)},
 		{"empty", &rlsv3.RateLimitResponse{}},
 		{"headers and metadata", withAll},
 		{"pooled", large},
@@ -355,7 +355,7 @@ func TestCodecUnmarshalErrors(t *testing.T) {
 		{[]byte{0x0a, 0x05, 'e'}, "unexpected EOF"},
 		{[]byte{0x00}, "field number"},
 	} {
-		err := codec{}.Unmarshal(split(c.data, 100), &rlsv3.RateLimitRequest{})
+		err := codec{}.Unmarshal(buffersOf(c.data, 100), &rlsv3.RateLimitRequest{})
 		if !errors.Is(err, errDecode) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%x: %v, want errDecode naming %s", c.data, err, c.want)
 		}
@@ -366,7 +366,7 @@ func TestCodecUnmarshalErrors(t *testing.T) {
 // of two statuses, with this codec and with grpc's.
 func BenchmarkCodec(b *testing.B) {
 	req := mustMarshal(b, twoDescriptors())
-	resp := response(2, false)
+	resp := responseOf(2, false)
 	for _, c := range []struct {
 		name  string
 		codec interface {
@@ -403,7 +403,7 @@ type echo struct {
 }
 
 func (echo) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	resp := response(len(req.GetDescriptors()), false)
+	resp := responseOf(len(req.GetDescriptors()), false)
 	resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
 		{Key: "domain", Value: req.GetDomain()},
 		{Key: "unknown", Value: strconv.Itoa(len(req.ProtoReflect().GetUnknown()))},
@@ -426,9 +426,9 @@ func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error { return protoCodec.Unmarshal(data, v) }
 
-// serve serves echo and the health service on a grpc.Server of opts and
+// serveEcho serves echo and the health service on a grpc.Server of opts and
 // returns a client connection to it.
-func serve(t *testing.T, opts ...grpc.ServerOption) *grpc.ClientConn {
+func serveEcho(t *testing.T, opts ...grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer(opts...)
@@ -468,7 +468,7 @@ func TestServerCodec(t *testing.T) {
 		{"rls", serverOptions(), "0"},
 		{"grpc", nil, strconv.Itoa(len(withUnknown) - len(known))},
 	} {
-		conn := serve(t, c.opts...)
+		conn := serveEcho(t, c.opts...)
 		resp := &rlsv3.RateLimitResponse{}
 		err := conn.Invoke(t.Context(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, withUnknown, resp, grpc.ForceCodecV2(rawCodec{}))
 		hs := resp.GetResponseHeadersToAdd()

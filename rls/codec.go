@@ -237,11 +237,6 @@ func (d *decoder) string(r *reader, name string) (string, error) {
 // what desc holds.
 func (d *decoder) descriptor(r reader, desc *ratelimitv3.RateLimitDescriptor) error {
 	first := len(d.entryPtrs)
-	defer func() {
-		if n := len(d.entryPtrs); n > first {
-			desc.Entries = d.entryPtrs[first:n:n]
-		}
-	}()
 	for len(r.b) > 0 {
 		num, typ, err := r.tag()
 		if err != nil {
@@ -283,6 +278,9 @@ func (d *decoder) descriptor(r reader, desc *ratelimitv3.RateLimitDescriptor) er
 		if err != nil {
 			return err
 		}
+	}
+	if n := len(d.entryPtrs); n > first {
+		desc.Entries = d.entryPtrs[first:n:n] // full, so that no append reaches the next descriptor's
 	}
 	return nil
 }

@@ -33,6 +33,7 @@ fuzz: ## run each codec fuzz target for FUZZTIME executions (default 200000x; a 
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./protocol/
 	$(GO) test -run='^$$' -fuzz='^FuzzLineReader$$' -fuzztime=$(FUZZTIME) ./protocol/
 	$(GO) test -run='^$$' -fuzz='^FuzzRequest$$' -fuzztime=$(FUZZTIME) ./rls/
+	$(GO) test -run='^$$' -fuzz='^FuzzCodecMatchesProto$$' -fuzztime=$(FUZZTIME) ./rls/
 
 bench: build ## measure quotad against an in-process client on a private redis-server (BENCH_DURATION=5s BENCH_ROUNDS=3; BENCH_ROWS=regexp measures only those rows; BASELINE=path measures a second build beside it)
 	$(GO) run ./integration/bench -quotad $(BIN) $(if $(BASELINE),-baseline $(BASELINE))

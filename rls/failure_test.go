@@ -1,6 +1,7 @@
 package rls_test
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"testing"
@@ -108,5 +109,54 @@ descriptors:
 	}
 	if got := statusCodes(e.call(request("c", []string{"b", "x"}))); !slices.Equal(got, []rlsv3.RateLimitResponse_Code{over}) {
 		t.Errorf("b after 400 calls: %v, want OVER_LIMIT", got)
+	}
+}
+
+// A caller that leaves while its decision waits for Redis gets its
+// deadline's error at once; the decision ends on its own (its take may
+// still count), and the calls after it, which reuse the service's plans
+// and decisions, are answered and counted as usual.
+func TestCallerLeavesWhileRedisWaits(t *testing.T) {
+	e := setup(t, `
+domain: s
+descriptors:
+  - key: k
+    rate_limit: {unit: day, requests_per_unit: 100}
+`, apiPolicy)
+	both := func() *rlsv3.RateLimitRequest { return request("s", []string{"k", "v"}, []string{"k", "w"}) }
+	c := e.redis.Client(t)
+	if err := c.Do(t.Context(), c.B().ClientPause().Timeout(600).All().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	_, err := e.client.ShouldRateLimit(ctx, both())
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a call whose caller left: %v, want DEADLINE_EXCEEDED", err)
+	}
+	// Once Redis answers again (the breaker may have opened meanwhile).
+	deadline := time.Now().Add(waitTimeout)
+	var calls uint32
+	for {
+		resp, err := e.callErr(both())
+		if err == nil && resp.GetOverallCode() == ok {
+			calls++
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the pause: %v, %v", resp, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for range 20 {
+		if resp := e.call(both()); resp.GetOverallCode() != ok {
+			t.Fatalf("after the pause: %v", resp)
+		}
+		calls++
+	}
+	for i, r := range remaining(e.call(hits(hits(both(), 0, 0), 1, 0))) {
+		if used := 100 - r; used != calls && used != calls+1 {
+			t.Errorf("counter %d holds %d: want the %d calls answered, and at most one more for the call whose caller left", i, used, calls)
+		}
 	}
 }

@@ -96,20 +96,26 @@ func (b *bench) floorServer(ctx context.Context) (*sidecar, error) {
 	sc.exited = make(chan struct{})
 	go func() { _ = sc.cmd.Wait(); close(sc.exited) }()
 	b.floor = sc
+	return sc, awaitRLS(ctx, sc, "the gRPC floor")
+}
+
+// awaitRLS waits until the rate limit service sc started, named what,
+// allows a call, for at most 20 s; its log says why it did not.
+func awaitRLS(ctx context.Context, sc *sidecar, what string) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		res, err := loadgen.RunRLS(ctx, loadgen.RLSConfig{Socket: sc.rlsSocket, Duration: time.Millisecond, Domain: rlsDomain, Keys: rlsKeys, SubjectPrefix: "warm-"})
 		if err == nil && res.Allowed > 0 {
-			return sc, nil
+			return nil
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(sc.log)
-			return nil, fmt.Errorf("the gRPC floor did not answer: %v\n%s", err, log)
+			return fmt.Errorf("%s did not answer: %v\n%s", what, err, log)
 		}
 		select {
 		case <-sc.exited:
 			log, _ := os.ReadFile(sc.log)
-			return nil, fmt.Errorf("the gRPC floor exited:\n%s", log)
+			return fmt.Errorf("%s exited:\n%s", what, log)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

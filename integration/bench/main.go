@@ -623,23 +623,10 @@ func (b *bench) referenceServer(ctx context.Context) (*sidecar, error) {
 	sc.exited = make(chan struct{})
 	go func() { _ = sc.cmd.Wait(); close(sc.exited) }()
 	b.reference = sc
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		res, err := loadgen.RunRLS(ctx, loadgen.RLSConfig{Socket: sc.rlsSocket, Duration: time.Millisecond, Domain: rlsDomain, Keys: rlsKeys, SubjectPrefix: "warm-"})
-		if err == nil && res.Allowed > 0 {
-			return sc, nil
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(sc.log)
-			return nil, fmt.Errorf("envoyproxy/ratelimit did not answer: %v\n%s", err, log)
-		}
-		select {
-		case <-sc.exited:
-			log, _ := os.ReadFile(sc.log)
-			return nil, fmt.Errorf("envoyproxy/ratelimit exited:\n%s", log)
-		case <-time.After(100 * time.Millisecond):
-		}
+	if err := awaitRLS(ctx, sc, "envoyproxy/ratelimit"); err != nil {
+		return nil, err
 	}
+	return sc, nil
 }
 
 // freePorts returns n loopback ports free a moment ago.

@@ -265,10 +265,7 @@ func (as *allotments) take(dec *Decision) bool {
 		sh.mu.Unlock()
 		return true
 	}
-	if a.held > 0 && !now.Before(a.validUntil) && now.Before(a.returnUntil) {
-		// Units of a sliding window's period that ended still count in
-		// the previous period: they go back there first, and the takes
-		// waiting get a reservation after (returned).
+	if as.returnsFirst(a, now) {
 		as.launchReturn(context.Background(), sh, a)
 		sh.mu.Unlock()
 		return true
@@ -277,6 +274,15 @@ func (as *allotments) take(dec *Decision) bool {
 	sh.mu.Unlock()
 	as.launch(func() { as.reserve(sh, a, r) })
 	return true
+}
+
+// returnsFirst reports whether a holds units of a sliding window's
+// period that ended: they still count in the previous period, so they go
+// back there before the next reservation, and the takes waiting get that
+// reservation after (returned). A reservation would lose them (see
+// startReserve).
+func (as *allotments) returnsFirst(a *allot, now time.Time) bool {
+	return a.held > 0 && !now.Before(a.validUntil) && now.Before(a.returnUntil)
 }
 
 // fromHeld answers dec, of cost, from the units a holds when they cover
@@ -486,12 +492,18 @@ func (as *allotments) reserve(sh *allotShard, a *allot, r reservation) {
 	// A reservation granted in full may have been too small for the takes
 	// that came while it was in flight: those wait for the next. After a
 	// capped grant or a denial, they go to Redis as takes, each decided
-	// exactly there.
+	// exactly there. A reply that came after its units' period ended
+	// (granted just before the end) leaves a sliding window's units to go
+	// back first.
 	var next *reservation
 	if len(rest) > 0 && err == nil && res.Granted == r.want && !sh.closed {
-		a.waiting = rest
-		n := as.startReserve(a, now)
-		next, rest = &n, nil
+		a.waiting, rest = rest, nil
+		if as.returnsFirst(a, now) {
+			as.launchReturn(context.Background(), sh, a)
+		} else {
+			n := as.startReserve(a, now)
+			next = &n
+		}
 	}
 	sh.mu.Unlock()
 

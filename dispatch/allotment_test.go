@@ -22,6 +22,7 @@ import (
 	"quotad/integration/redistest"
 	"quotad/luascript"
 	"quotad/policy"
+	"quotad/protocol"
 	"quotad/store"
 )
 
@@ -585,6 +586,117 @@ policies:
 	}
 	if returned := counterOf(t, d.allot.m.returned, "edge"); returned == 0 {
 		t.Error("nothing counted returned")
+	}
+}
+
+// A reservation granted just before a sliding window's period ends may
+// be answered after it, with takes waiting for it: its units can no
+// longer be handed out, and go back to the period they count in before
+// the next reservation, not lost. Replies reach the sidecar late (the
+// proxy delays them) across the end while takes keep coming; after the
+// drain Redis counts exactly what was admitted.
+func TestAllotmentSlidingReplyAfterThePeriodEnd(t *testing.T) {
+	const (
+		window  = 4 * time.Second
+		late    = 400 * time.Millisecond
+		timeout = 3 * time.Second
+	)
+	r := redistest.Start(t)
+	p := redistest.StartFaultProxy(t, r.Addr())
+	st, err := store.OpenStore(store.StoreOptions{RedisURL: p.URL(), Timeout: timeout, ProbeInterval: 20 * time.Millisecond,
+		Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	waitFor(t, "redis to be up", st.Up)
+	cfg, err := policy.ParseConfig([]byte(`
+policies:
+  edge:
+    algorithm: sliding_window
+    limit: 1000000
+    window: 4s
+    allotment: {idle: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := New(Options{Store: st, Config: cfg, Logger: zaptest.NewLogger(t), KeyPrefix: "qt:",
+		Registry: prometheus.NewRegistry(), RedisTimeout: timeout})
+	t.Cleanup(d.Close)
+
+	// Units held with time left in the period: the key turns hot within
+	// about a second of takes.
+	if end := time.Now().Truncate(window).Add(window); time.Until(end) < 2500*time.Millisecond {
+		time.Sleep(time.Until(end.Add(50 * time.Millisecond)))
+	}
+	var admitted, refused atomic.Int64
+	take := func() {
+		var req protocol.Request
+		if err := protocol.Decode([]byte(`{"op":"take","policy":"edge","subject":"s"}`), &req); err != nil {
+			panic(err)
+		}
+		done := make(chan struct{})
+		dec := &Decision{Done: func() { close(done) }}
+		if _, decided := d.Prepare(&req, dec); !decided {
+			d.Run(dec)
+		}
+		<-done
+		if dec.Out.Allowed {
+			admitted.Add(1)
+		} else {
+			refused.Add(1)
+		}
+	}
+	waitFor(t, "units held", func() bool {
+		take()
+		return gaugeOf(t, d.allot.m.held, "edge") > 0
+	})
+	end := time.Now().Truncate(window).Add(window)
+	if time.Until(end) < late {
+		t.Fatalf("units held %v before the period ends: too late to start", time.Until(end))
+	}
+
+	// From late before the end, replies take late to come back; takes
+	// come from 8 callers until late after it.
+	time.Sleep(time.Until(end.Add(-late)))
+	reservations := counterOf(t, d.allot.m.reservations, "edge")
+	p.SetLatency(redistest.ToClient, late)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end.Add(late)) {
+				take()
+			}
+		}()
+	}
+	time.Sleep(time.Until(end))
+	p.SetLatency(redistest.ToClient, 0)
+	wg.Wait()
+	if counterOf(t, d.allot.m.reservations, "edge") == reservations {
+		t.Fatal("no reservation across the period's end")
+	}
+	d.ReturnAllotments(context.Background())
+	if time.Now().After(end.Add(window)) {
+		t.Fatal("the drain ended after the next period: too late to compare")
+	}
+
+	fields, err := r.Do(t, "HMGET", luascript.SlidingWindowKey("qt:", "edge", "s"), "c", "p").AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := strconv.ParseInt(fields[0], 10, 64)
+	prev, _ := strconv.ParseInt(fields[1], 10, 64)
+	lost, returned := counterOf(t, d.allot.m.lost, "edge"), counterOf(t, d.allot.m.returned, "edge")
+	t.Logf("admitted %d, refused %d; redis counts %d + %d; returned %v, lost %v", admitted.Load(), refused.Load(), c, prev, returned, lost)
+	if refused.Load() != 0 {
+		t.Errorf("%d takes refused under a limit far from reached", refused.Load())
+	}
+	if c+prev != admitted.Load() || lost != 0 {
+		t.Errorf("redis counts %d (this period) + %d (the previous), %d were admitted; %v units counted lost",
+			c, prev, admitted.Load(), lost)
 	}
 }
 

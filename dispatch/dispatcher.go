@@ -192,8 +192,11 @@ type Decision struct {
 	// crossSlot: the checks' keys are in several Redis Cluster hash
 	// slots, so that no one script can take them all (steps.go).
 	crossSlot bool
-	start     time.Time // when Prepare began, for the latency metric
-	queued    time.Time // when Run began: the Redis deadline counts from here
+	// traced: the request carried a trace context (read once, while the
+	// request is at hand).
+	traced bool
+	start  time.Time // when Prepare began, for the latency metric
+	queued time.Time // when Run began: the Redis deadline counts from here
 	// trip is the timing of the decision's latest script call (route.go).
 	trip trip
 	// span is the decision's span, nil when tracing is off (trace.go).
@@ -298,9 +301,17 @@ func (d *Dispatcher) PrepareGiven(req *protocol.Request, given []*Given, dec *De
 }
 
 func (d *Dispatcher) prepare(req *protocol.Request, given []*Given, dec *Decision) (key string, decided bool) {
-	*dec = Decision{Done: dec.Done, req: req, start: time.Now(), Out: Outcome{Op: req.Op, Headers: req.Headers}, given: given}
+	// Cleared, then set: a composite literal of this size is built aside
+	// and copied.
+	done := dec.Done
+	*dec = Decision{}
+	dec.Done, dec.req, dec.given, dec.traced = done, req, given, req.Trace.Valid()
+	dec.Out.Op, dec.Out.Headers = req.Op, req.Headers
 	if d.tracer != nil {
+		dec.start = time.Now() // the span's start, shown
 		d.startSpan(dec)
+	} else {
+		dec.start = monoNow()
 	}
 	d.metrics.inflight.Inc()
 	dec.cfg = d.cfg.Load()

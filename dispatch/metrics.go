@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"quotad/limits"
 	"quotad/luascript"
 	"quotad/protocol"
 )
@@ -79,10 +80,15 @@ type metrics struct {
 	logDropped    prometheus.Counter
 
 	// The children of the vectors above that decisions count in, by label
-	// values.
+	// values; the cells hold those of the common labels (an op, a result
+	// that is not an error code, an algorithm of inline limits), found by
+	// index without hashing a label.
 	decisionsOf series[[3]string, prometheus.Counter]
 	requestsOf  series[[2]string, prometheus.Counter]
 	durationOf  series[string, prometheus.Observer]
+	durationAt  [numOps]cell[prometheus.Observer]
+	requestAt   [numOps][len(resultLabels)]cell[prometheus.Counter]
+	inlineAt    [len(algorithmLabels)][len(resultLabels)]cell[prometheus.Counter]
 
 	// decisionLog is nil when decisions are not logged; logAll logs allowed
 	// takes and errors too, not only denials.
@@ -191,16 +197,82 @@ func (s *series[K, M]) get(k K) M {
 	return v.(M)
 }
 
+// cell holds one memoized child, made at its first use.
+type cell[M any] struct{ p atomic.Pointer[M] }
+
+// get is the child in c, made by of at the first call; every caller gets
+// the one stored first.
+func (c *cell[M]) get(of func() M) M {
+	if p := c.p.Load(); p != nil {
+		return *p
+	}
+	m := of()
+	c.p.CompareAndSwap(nil, &m)
+	return *c.p.Load()
+}
+
+// numOps bounds protocol.Op, for the cells indexed by op.
+const numOps = int(protocol.OpSettle) + 1
+
+// resultLabels are the results counted but the error codes, the most
+// common first: a result's index here is its cells' (labelIndex).
+var resultLabels = [...]string{ResultAllowed, ResultDenied, ResultOK, ResultReplay, ResultDegraded, ResultShadowAllowed,
+	ResultShadowDenied, ResultReleased, ResultNotHeld, ResultSettled, ResultNotSettled, ResultUnapplied, ResultSkipped}
+
+// algorithmLabels are the algorithms' names, for the cells of inline
+// limits' decisions.
+var algorithmLabels = [...]string{limits.FixedWindow, limits.SlidingWindow, limits.TokenBucket, limits.Concurrency, limits.Calendar}
+
+// labelIndex is the index of label in labels, -1 when it is not there.
+// The labels compared are constants, mostly the same strings.
+func labelIndex(labels []string, label string) int {
+	for i, l := range labels {
+		if l == label {
+			return i
+		}
+	}
+	return -1
+}
+
+// latency is op's latency histogram.
+func (m *metrics) latency(op protocol.Op) prometheus.Observer {
+	name := op.String()
+	if int(op) >= numOps {
+		return m.durationOf.get(name)
+	}
+	return m.durationAt[op].get(func() prometheus.Observer { return m.durationOf.get(name) })
+}
+
+// request is the counter of requests of op with result.
+func (m *metrics) request(op protocol.Op, result string) prometheus.Counter {
+	r := labelIndex(resultLabels[:], result)
+	if int(op) >= numOps || r < 0 {
+		return m.requestsOf.get([2]string{op.String(), result})
+	}
+	return m.requestAt[op][r].get(func() prometheus.Counter { return m.requestsOf.get([2]string{op.String(), result}) })
+}
+
+// decision is the counter of checks of policy ("" for inline limits) and
+// algorithm with result.
+func (m *metrics) decision(policy, algorithm, result string) prometheus.Counter {
+	if policy == "" {
+		a, r := labelIndex(algorithmLabels[:], algorithm), labelIndex(resultLabels[:], result)
+		if a >= 0 && r >= 0 {
+			return m.inlineAt[a][r].get(func() prometheus.Counter { return m.decisionsOf.get([3]string{policy, algorithm, result}) })
+		}
+	}
+	return m.decisionsOf.get([3]string{policy, algorithm, result})
+}
+
 // observe records a finished decision: its latency, its result, and for a
 // take its decision log line.
 func (m *metrics) observe(dec *Decision) {
 	m.inflight.Dec()
 	elapsed := time.Since(dec.start)
 	o := &dec.Out
-	op := o.Op.String()
 	result := o.Result()
-	observeLatency(m.durationOf.get(op), dec, elapsed.Seconds())
-	m.requestsOf.get([2]string{op, result}).Inc()
+	observeLatency(m.latency(o.Op), dec, elapsed.Seconds())
+	m.request(o.Op, result).Inc()
 	if o.Op != protocol.OpTake {
 		return
 	}
@@ -231,7 +303,7 @@ func (m *metrics) observeCheck(dec *Decision, i int, elapsed time.Duration) {
 			policy = p
 		}
 	}
-	m.decisionsOf.get([3]string{policy, oc.Algorithm, result}).Inc()
+	m.decision(policy, oc.Algorithm, result).Inc()
 	if m.decisionLog == nil || !m.logAll && !o.Denied() {
 		return
 	}
@@ -269,13 +341,13 @@ func (m *metrics) queued(decs ...*Decision) { m.queueDuration.observe(decs...) }
 // dispatcher saw it: a line that does not decode, one too long, one that
 // came while draining.
 func (d *Dispatcher) ObserveRefused(op protocol.Op, code protocol.Code) {
-	d.metrics.requestsOf.get([2]string{op.String(), string(code)}).Inc()
+	d.metrics.request(op, string(code)).Inc()
 }
 
 // ObservePing counts a ping answered by the server, which started at start.
 func (d *Dispatcher) ObservePing(start time.Time) {
-	d.metrics.durationOf.get(protocol.OpPing.String()).Observe(time.Since(start).Seconds())
-	d.metrics.requestsOf.get([2]string{protocol.OpPing.String(), ResultOK}).Inc()
+	d.metrics.latency(protocol.OpPing).Observe(time.Since(start).Seconds())
+	d.metrics.request(protocol.OpPing, ResultOK).Inc()
 }
 
 // instrument wraps the store's client so that every Redis command a

@@ -4,11 +4,13 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"quotad/integration/redistest"
+	"quotad/protocol"
 )
 
 // A flood of decisions is sampled: lines beyond the per-second allowance
@@ -45,4 +47,59 @@ func TestDecisionLogIsSampled(t *testing.T) {
 	if logged+dropped != n || logged >= n/2 {
 		t.Fatalf("logged %v, dropped %v of %d decisions; want them to add up, with most dropped", logged, dropped, n)
 	}
+}
+
+// The children memoized by index count in the series their labels name,
+// for every op, result and algorithm they hold, and an error code or a
+// policy beside them.
+func TestMetricsCellsCountInTheirSeries(t *testing.T) {
+	m := newMetrics(nil, Options{Logger: zap.NewNop()})
+	results := append(resultLabels[:], string(protocol.CodeUnavailable))
+	// Ops 1 to the first beyond the cells ("unknown", as op 0).
+	for op := protocol.Op(1); int(op) <= numOps; op++ {
+		for range 2 {
+			m.latency(op).Observe(0.001)
+		}
+		if got := histogramCount(t, m.duration.WithLabelValues(op.String())); got != 2 {
+			t.Errorf("latency of %s observed %d times, want 2", op, got)
+		}
+		for _, r := range results {
+			for range 2 {
+				m.request(op, r).Inc()
+			}
+			if got := counterValue(t, m.requests.WithLabelValues(op.String(), r)); got != 2 {
+				t.Errorf("requests %s %s = %v, want 2", op, r, got)
+			}
+		}
+	}
+	for _, policy := range []string{"", "per-user"} {
+		for _, alg := range append(algorithmLabels[:], "unknown") {
+			for _, r := range results {
+				for range 2 {
+					m.decision(policy, alg, r).Inc()
+				}
+				if got := counterValue(t, m.decisions.WithLabelValues(policy, alg, r)); got != 2 {
+					t.Errorf("decisions %q %s %s = %v, want 2", policy, alg, r, got)
+				}
+			}
+		}
+	}
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := o.(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }

@@ -201,9 +201,9 @@ func (d *Dispatcher) callEnded(sp trace.Span, res ...rueidis.RedisResult) {
 func (dec *Decision) traceOf() (sc trace.SpanContext, ok bool) {
 	if dec.span != nil {
 		sc = dec.span.SpanContext()
-		return sc, dec.req.Trace.Valid() || sc.IsSampled()
+		return sc, dec.traced || sc.IsSampled()
 	}
-	if !dec.req.Trace.Valid() {
+	if !dec.traced {
 		return trace.SpanContext{}, false
 	}
 	return callerSpan(&dec.req.Trace), true

@@ -89,7 +89,7 @@ func ParseReserve(res rueidis.RedisResult) (Reservation, error) {
 		return Reservation{}, replyError(op, err)
 	}
 	var v [8]int64
-	if err := ints(op, res, v[:]); err != nil {
+	if err := ints(op, res, v[:], 0); err != nil {
 		return Reservation{}, err
 	}
 	granted, used, remaining, reset, retry, valid, healed, period := v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]
@@ -112,7 +112,7 @@ func ParseReturn(res rueidis.RedisResult) (returned int64, err error) {
 		return 0, replyError(op, err)
 	}
 	var v [2]int64
-	if err := ints(op, res, v[:]); err != nil {
+	if err := ints(op, res, v[:], 0); err != nil {
 		return 0, err
 	}
 	if v[0] < 0 || v[0] > MaxLimit || v[1] < 0 {

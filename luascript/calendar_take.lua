@@ -17,7 +17,7 @@
 -- it is not, the reply is CLOCK_SKEW and nothing is written.
 --
 -- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
--- healed}, integers only, as every take's; reset_ms is until the period's
+-- healed}, integers only (an allowed take that healed nothing leaves out the last two), as every take's; reset_ms is until the period's
 -- end, and so is a denial's retry_after_ms. Error replies start with INVALID, CONFLICT,
 -- POLICY, WRONGTYPE, REQUEST_IDS_FULL or CLOCK_SKEW.
 --
@@ -62,5 +62,8 @@ if f[2] ~= spec and healed == 0 then
   -- A named policy whose period or zone changed: the window ends with the
   -- period it now counts.
   redis.call('PEXPIRE', key, ttl)
+end
+if healed == 0 then
+  return {1, 0, used, limit - used, reset}
 end
 return {1, 0, used, limit - used, reset, 0, healed}

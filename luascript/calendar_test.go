@@ -480,7 +480,7 @@ func TestCalendarRefusalsWriteNothing(t *testing.T) {
 		return e.c.Do(t.Context(), e.c.B().Eval().Script(lua).Numkeys(0).Build())
 	}
 	for _, lua := range []string{"return nil", "return {1, 2, 0, 1000}", "return {2, 2, 0, 1000, 0}", "return {0, 2, 1, 1000, 0}",
-		"return {1, -1, 0, 1000, 0}", "return {1, 1, 0, 0, 0}", "return {1, 1, 0, 2764800001, 0}"} {
+		"return {1, -1, 0, 1000, 0}", "return {1, 1, 0, 0, 0, 0}", "return {1, 1, 0, 2764800001, 0}"} {
 		if _, err := luascript.ParseTake(reply(lua)); !errors.Is(err, luascript.ErrMalformedReply) {
 			t.Errorf("ParseCalendarTake of %q = %v, want MALFORMED_REPLY", lua, err)
 		}

@@ -4,7 +4,7 @@
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
 -- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
--- healed}, integers only, as every take's: used counts live leases after the decision, reset_ms is until the
+-- healed}, integers only (an allowed take that healed nothing leaves out the last two), as every take's: used counts live leases after the decision, reset_ms is until the
 -- last of them expires, retry_after_ms until the first does (when denied).
 -- Error replies start with INVALID, POLICY or WRONGTYPE.
 --
@@ -60,5 +60,8 @@ redis.call('PEXPIRE', key, last - now)
 local replay = 0
 if mine then
   replay = 1
+end
+if healed == 0 then
+  return {1, replay, live + 1, limit > live + 1 and limit - live - 1 or 0, last - now}
 end
 return {1, replay, live + 1, limit > live + 1 and limit - live - 1 or 0, last - now, 0, healed}

@@ -195,6 +195,8 @@
 //
 //	take     TakeCall / ParseTake    {allowed, replay, used, remaining,
 //	                                  reset_ms, retry_after_ms, healed}
+//	                                  (an allowed take that healed nothing
+//	                                  leaves out the last two)
 //	peek     PeekCall / ParsePeek    {exists, used, remaining, reset_ms}
 //	settle   SettleCall / ParseSettle {settled, replay, reserved, used,
 //	                                  remaining, reset_ms, retry_after_ms,

@@ -4,7 +4,7 @@
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
 -- Reply {allowed, replay, used, remaining, pttl_ms, retry_after_ms, healed},
--- integers only, as every take's (ParseTake); a denial is told to retry
+-- integers only (an allowed take that healed nothing leaves out the last two), as every take's (ParseTake); a denial is told to retry
 -- when the window ends. Error replies
 -- start with INVALID, CONFLICT, POLICY, WRONGTYPE or REQUEST_IDS_FULL.
 --
@@ -61,5 +61,8 @@ elseif f[2] == policy then
   redis.call('HSET', key, 'used', used, 'ids', ids + 1, 'r:' .. id, cost_s .. ':' .. used)
 else
   redis.call('HSET', key, 'used', used, 'policy', policy, 'ids', ids + 1, 'r:' .. id, cost_s .. ':' .. used)
+end
+if healed == 0 then
+  return {1, 0, used, limit - used, pttl}
 end
 return {1, 0, used, limit - used, pttl, 0, healed}

@@ -53,3 +53,19 @@ func TestParsersRefuseOtherReplies(t *testing.T) {
 		}
 	}
 }
+
+// A take's reply may leave out retry_after_ms and healed together, and
+// then reads as 0 for both; one of them alone may not be left out.
+func TestParseTakeShortReply(t *testing.T) {
+	e := setup(t)
+	res := e.c.Do(t.Context(), e.c.B().Eval().Script("return {1, 1, 2, 3, 1000}").Numkeys(0).Build())
+	r, err := luascript.ParseTake(res)
+	want := luascript.Result{Allowed: true, Replay: true, Used: 2, Remaining: 3, ResetMS: 1000}
+	if err != nil || r != want {
+		t.Fatalf("ParseTake of {1, 1, 2, 3, 1000} = %+v, %v; want %+v", r, err, want)
+	}
+	res = e.c.Do(t.Context(), e.c.B().Eval().Script("return {1, 0, 2, 3, 1000, 0}").Numkeys(0).Build())
+	if _, err := luascript.ParseTake(res); !errors.Is(err, luascript.ErrMalformedReply) {
+		t.Fatalf("ParseTake of {1, 0, 2, 3, 1000, 0} = %v, want MALFORMED_REPLY", err)
+	}
+}

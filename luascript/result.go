@@ -48,7 +48,10 @@ type Result struct {
 }
 
 // ParseTake reads a take's reply, of any algorithm:
-// {allowed, replay, used, remaining, reset_ms, retry_after_ms, healed}.
+// {allowed, replay, used, remaining, reset_ms, retry_after_ms, healed},
+// whose retry_after_ms and healed may be left out together when both are
+// 0 (an allowed take that healed nothing: most decisions, whose replies
+// Redis then writes and the sidecar reads two integers shorter).
 // A refusal is an *Error and nothing was applied; any other error leaves
 // the outcome unknown.
 func ParseTake(res rueidis.RedisResult) (Result, error) {
@@ -57,7 +60,7 @@ func ParseTake(res rueidis.RedisResult) (Result, error) {
 		return Result{}, replyError(op, err)
 	}
 	var v [7]int64
-	if err := ints(op, res, v[:]); err != nil {
+	if err := ints(op, res, v[:], 5); err != nil {
 		return Result{}, err
 	}
 	allowed, replay, used, remaining, reset, retry, healed := v[0], v[1], v[2], v[3], v[4], v[5], v[6]
@@ -79,7 +82,7 @@ func ParsePeek(res rueidis.RedisResult) (Result, error) {
 		return Result{}, replyError(op, err)
 	}
 	var v [4]int64
-	if err := ints(op, res, v[:]); err != nil {
+	if err := ints(op, res, v[:], 0); err != nil {
 		return Result{}, err
 	}
 	exists, used, remaining, reset := v[0], v[1], v[2], v[3]
@@ -97,7 +100,7 @@ func ParseSettle(res rueidis.RedisResult) (Result, error) {
 		return Result{}, replyError(op, err)
 	}
 	var v [8]int64
-	if err := ints(op, res, v[:]); err != nil {
+	if err := ints(op, res, v[:], 0); err != nil {
 		return Result{}, err
 	}
 	settled, replay, reserved, used, remaining, reset, retry, healed := v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]
@@ -118,7 +121,7 @@ func ParseRelease(res rueidis.RedisResult) (Result, error) {
 		return Result{}, replyError(op, err)
 	}
 	var v [2]int64
-	if err := ints(op, res, v[:]); err != nil {
+	if err := ints(op, res, v[:], 0); err != nil {
 		return Result{}, err
 	}
 	if !isFlag(v[0]) || v[1] < 0 {
@@ -167,16 +170,21 @@ func exec(ctx context.Context, c rueidis.Client, parse func(rueidis.RedisResult)
 	}
 }
 
-// ints reads a reply that must be an array of exactly len(v) integers
-// into v, which the caller keeps on its stack.
-func ints(op string, res rueidis.RedisResult, v []int64) error {
+// ints reads a reply that must be an array of len(v) integers into v,
+// which the caller keeps on its stack, or of short (when not 0), whose
+// integers left out at the end are 0.
+func ints(op string, res rueidis.RedisResult, v []int64, short int) error {
 	arr, err := res.ToArray()
 	if err != nil {
 		return malformed(op, "%v", err)
 	}
-	if len(arr) != len(v) {
-		return malformed(op, "want %d integers, got %d values", len(v), len(arr))
+	if len(arr) != len(v) && (short == 0 || len(arr) != short) {
+		if short == 0 {
+			return malformed(op, "want %d integers, got %d values", len(v), len(arr))
+		}
+		return malformed(op, "want %d or %d integers, got %d values", short, len(v), len(arr))
 	}
+	clear(v[len(arr):])
 	for i := range arr {
 		if v[i], err = arr[i].ToInt64(); err != nil {
 			return malformed(op, "value %d: %v", i, err)

@@ -5,7 +5,7 @@
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
 -- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
--- healed}, integers only, as every take's: used is the estimate right after the decision, rounded up (for a
+-- healed}, integers only (an allowed take that healed nothing leaves out the last two), as every take's: used is the estimate right after the decision, rounded up (for a
 -- replay, right after the original acceptance); reset_ms is until the
 -- whole use has slid out; retry_after_ms, when denied, is until a take of
 -- this cost fits. Error replies start with INVALID, CONFLICT, POLICY,
@@ -211,5 +211,8 @@ end
 local ttl = ends - now
 if pttl < ttl or pttl > ttl + 1 then
   redis.call('PEXPIRE', key, math.max(ttl, 1))
+end
+if healed == 0 then
+  return {1, 0, used, limit > used and limit - used or 0, ttl}
 end
 return {1, 0, used, limit > used and limit - used or 0, ttl, 0, healed}

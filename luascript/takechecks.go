@@ -164,7 +164,7 @@ func ParseGiveBack(res rueidis.RedisResult, n int) ([]bool, error) {
 		return nil, replyError(op, err)
 	}
 	v := make([]int64, n)
-	if err := ints(op, res, v); err != nil {
+	if err := ints(op, res, v, 0); err != nil {
 		return nil, err
 	}
 	out := make([]bool, n)

@@ -4,7 +4,7 @@
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
 -- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
--- healed}, integers only, as every take's: remaining is whole tokens,
+-- healed}, integers only (an allowed take that healed nothing leaves out the last two), as every take's: remaining is whole tokens,
 -- used the burst less them. Error replies start with INVALID, CONFLICT, POLICY,
 -- WRONGTYPE or REQUEST_IDS_FULL.
 --
@@ -170,4 +170,7 @@ if ttl < 1 then
   ttl = 1
 end
 redis.call('PEXPIRE', key, ttl)
+if healed == 0 then
+  return {1, 0, burst - remaining, remaining, reset}
+end
 return {1, 0, burst - remaining, remaining, reset, 0, healed}

@@ -98,7 +98,9 @@ for i = 1, n do
   if not r then
     return err
   end
-  r[#r] = 0 -- healed: nothing was restored
+  if r[7] then
+    r[7] = 0 -- healed: nothing was restored (a short reply has none)
+  end
   replies[i + 1] = r
   if r[1] ~= 1 and not checks[i].shadow then
     accepted = false

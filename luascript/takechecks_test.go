@@ -191,6 +191,12 @@ func TestTakeOfChecksEveryAlgorithmAllOrNothing(t *testing.T) {
 	if a[0] || !a[1] || !a[2] || !a[3] || !a[4] {
 		t.Fatalf("verdicts %v, want only the fixed window denied", a)
 	}
+	// Each check that accepted answers as alone, its reset included.
+	for i := 1; i < len(denied); i++ {
+		if res, err := luascript.ParseTake(r.Checks[i]); err != nil || res.ResetMS <= 0 || res.Healed {
+			t.Fatalf("check %d of the denied take = %+v, %v; want its reset, nothing healed", i+1, res, err)
+		}
+	}
 	sameState(t, "after a denied take", e.state(checks), before)
 
 	// The same request id replays every check and writes nothing.

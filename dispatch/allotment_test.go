@@ -101,6 +101,34 @@ func gaugeOf(t *testing.T, g *prometheus.GaugeVec, policyName string) float64 {
 	return m.GetGauge().GetValue()
 }
 
+// openStoreThrough opens a store on the Redis behind p, with deadline
+// timeout and a fast probe, closed when the test ends, and waits until it
+// is up.
+func openStoreThrough(t *testing.T, p *redistest.FaultProxy, timeout time.Duration) *store.Store {
+	t.Helper()
+	st, err := store.OpenStore(store.StoreOptions{RedisURL: p.URL(), Timeout: timeout, ProbeInterval: 20 * time.Millisecond,
+		Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	waitFor(t, "redis to be up", st.Up)
+	return st
+}
+
+// slidingCounts is what Redis counts in the current and the previous
+// period of policy's sliding window of subject.
+func slidingCounts(t *testing.T, r *redistest.Server, policyName, subject string) (cur, prev int64) {
+	t.Helper()
+	fields, err := r.Do(t, "HMGET", luascript.SlidingWindowKey("qt:", policyName, subject), "c", "p").AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, _ = strconv.ParseInt(fields[0], 10, 64)
+	prev, _ = strconv.ParseInt(fields[1], 10, 64)
+	return cur, prev
+}
+
 // A take of a policy with an allotment is answered from memory once a
 // reservation covers it, and says so; a take with a request_id, a peek
 // and a take of several checks go to Redis as before.
@@ -464,13 +492,7 @@ func TestAllotmentReturnSentAgainAfterTheBreakerCloses(t *testing.T) {
 	const deadline = 300 * time.Millisecond
 	r := redistest.Start(t)
 	p := redistest.StartFaultProxy(t, r.Addr())
-	st, err := store.OpenStore(store.StoreOptions{RedisURL: p.URL(), Timeout: deadline, ProbeInterval: 20 * time.Millisecond,
-		Logger: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	waitFor(t, "redis to be up", st.Up)
+	st := openStoreThrough(t, p, deadline)
 	d := New(Options{Store: st, Config: allotConfig(t, "1m"), Logger: zaptest.NewLogger(t), KeyPrefix: "qt:",
 		Registry: prometheus.NewRegistry(), RedisTimeout: deadline})
 	t.Cleanup(d.Close)
@@ -572,12 +594,7 @@ policies:
 		t.Fatal("the drain ended after the next period: too late to compare")
 	}
 
-	fields, err := r.Do(t, "HMGET", luascript.SlidingWindowKey("qt:", "edge", "s"), "c", "p").AsStrSlice()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := strconv.ParseInt(fields[0], 10, 64)
-	p, _ := strconv.ParseInt(fields[1], 10, 64)
+	c, p := slidingCounts(t, r, "edge", "s")
 	if c+p != n {
 		t.Errorf("redis counts %d (this period) + %d (the previous), %d were admitted", c, p, n)
 	}
@@ -603,13 +620,7 @@ func TestAllotmentSlidingReplyAfterThePeriodEnd(t *testing.T) {
 	)
 	r := redistest.Start(t)
 	p := redistest.StartFaultProxy(t, r.Addr())
-	st, err := store.OpenStore(store.StoreOptions{RedisURL: p.URL(), Timeout: timeout, ProbeInterval: 20 * time.Millisecond,
-		Logger: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	waitFor(t, "redis to be up", st.Up)
+	st := openStoreThrough(t, p, timeout)
 	cfg, err := policy.ParseConfig([]byte(`
 policies:
   edge:
@@ -683,12 +694,7 @@ policies:
 		t.Fatal("the drain ended after the next period: too late to compare")
 	}
 
-	fields, err := r.Do(t, "HMGET", luascript.SlidingWindowKey("qt:", "edge", "s"), "c", "p").AsStrSlice()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := strconv.ParseInt(fields[0], 10, 64)
-	prev, _ := strconv.ParseInt(fields[1], 10, 64)
+	c, prev := slidingCounts(t, r, "edge", "s")
 	lost, returned := counterOf(t, d.allot.m.lost, "edge"), counterOf(t, d.allot.m.returned, "edge")
 	t.Logf("admitted %d, refused %d; redis counts %d + %d; returned %v, lost %v", admitted.Load(), refused.Load(), c, prev, returned, lost)
 	if refused.Load() != 0 {

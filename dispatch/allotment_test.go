@@ -64,6 +64,24 @@ policies:
 	return cfg
 }
 
+// edgeConfig is a policy file with one sliding window, edge, of window,
+// whose allotment is not returned for being idle during a test.
+func edgeConfig(t *testing.T, window string) *policy.Config {
+	t.Helper()
+	cfg, err := policy.ParseConfig([]byte(`
+policies:
+  edge:
+    algorithm: sliding_window
+    limit: 1000000
+    window: ` + window + `
+    allotment: {idle: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func newAllotDispatcher(t *testing.T, r *redistest.Server, idle string) (*Dispatcher, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -553,17 +571,7 @@ func TestAllotmentReturnSentAgainAfterTheBreakerCloses(t *testing.T) {
 func TestAllotmentSlidingPeriodEndGivesBack(t *testing.T) {
 	const window = 2 * time.Second
 	r := redistest.Start(t)
-	cfg, err := policy.ParseConfig([]byte(`
-policies:
-  edge:
-    algorithm: sliding_window
-    limit: 1000000
-    window: 2s
-    allotment: {idle: 1m}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := edgeConfig(t, "2s")
 	reg := prometheus.NewRegistry()
 	d := New(Options{Store: openStore(t, r), Config: cfg, Logger: zaptest.NewLogger(t), KeyPrefix: "qt:", Registry: reg})
 	t.Cleanup(d.Close)
@@ -621,17 +629,7 @@ func TestAllotmentSlidingReplyAfterThePeriodEnd(t *testing.T) {
 	r := redistest.Start(t)
 	p := redistest.StartFaultProxy(t, r.Addr())
 	st := openStoreThrough(t, p, timeout)
-	cfg, err := policy.ParseConfig([]byte(`
-policies:
-  edge:
-    algorithm: sliding_window
-    limit: 1000000
-    window: 4s
-    allotment: {idle: 1m}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := edgeConfig(t, "4s")
 	d := New(Options{Store: st, Config: cfg, Logger: zaptest.NewLogger(t), KeyPrefix: "qt:",
 		Registry: prometheus.NewRegistry(), RedisTimeout: timeout})
 	t.Cleanup(d.Close)

@@ -17,9 +17,10 @@
 -- it is not, the reply is CLOCK_SKEW and nothing is written.
 --
 -- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
--- healed}, integers only (an allowed take that healed nothing leaves out the last two), as every take's; reset_ms is until the period's
--- end, and so is a denial's retry_after_ms. Error replies start with INVALID, CONFLICT,
--- POLICY, WRONGTYPE, REQUEST_IDS_FULL or CLOCK_SKEW.
+-- healed}, integers only (an allowed take that healed nothing leaves out
+-- the last two), as every take's; reset_ms is until the period's end, and
+-- so is a denial's retry_after_ms. Error replies start with INVALID,
+-- CONFLICT, POLICY, WRONGTYPE, REQUEST_IDS_FULL or CLOCK_SKEW.
 --
 -- The key lives until its period's end plus MARGIN_MS, so no window
 -- outlives its period by more than that; a later take never reads it,

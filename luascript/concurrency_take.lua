@@ -4,9 +4,11 @@
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
 -- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
--- healed}, integers only (an allowed take that healed nothing leaves out the last two), as every take's: used counts live leases after the decision, reset_ms is until the
--- last of them expires, retry_after_ms until the first does (when denied).
--- Error replies start with INVALID, POLICY or WRONGTYPE.
+-- healed}, integers only (an allowed take that healed nothing leaves out
+-- the last two), as every take's: used counts live leases after the
+-- decision, reset_ms is until the last of them expires, retry_after_ms
+-- until the first does (when denied). Error replies start with INVALID,
+-- POLICY or WRONGTYPE.
 --
 -- Time is Redis's own (TIME), in milliseconds. Expired leases are reclaimed
 -- here, so a holder that died blocks the subject for at most its lease.

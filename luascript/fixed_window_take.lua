@@ -3,10 +3,11 @@
 -- KEYS[1]  window hash
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
--- Reply {allowed, replay, used, remaining, pttl_ms, retry_after_ms, healed},
--- integers only (an allowed take that healed nothing leaves out the last two), as every take's (ParseTake); a denial is told to retry
--- when the window ends. Error replies
--- start with INVALID, CONFLICT, POLICY, WRONGTYPE or REQUEST_IDS_FULL.
+-- Reply {allowed, replay, used, remaining, pttl_ms, retry_after_ms,
+-- healed}, integers only (an allowed take that healed nothing leaves out
+-- the last two), as every take's (ParseTake); a denial is told to retry
+-- when the window ends. Error replies start with INVALID, CONFLICT, POLICY,
+-- WRONGTYPE or REQUEST_IDS_FULL.
 --
 -- Redis calls per decision: one HMGET, one PTTL, at most one HSET, and a
 -- PEXPIRE only when the window is created or has lost its TTL.

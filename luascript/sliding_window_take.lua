@@ -5,11 +5,12 @@
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
 -- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
--- healed}, integers only (an allowed take that healed nothing leaves out the last two), as every take's: used is the estimate right after the decision, rounded up (for a
--- replay, right after the original acceptance); reset_ms is until the
--- whole use has slid out; retry_after_ms, when denied, is until a take of
--- this cost fits. Error replies start with INVALID, CONFLICT, POLICY,
--- WRONGTYPE or REQUEST_IDS_FULL.
+-- healed}, integers only (an allowed take that healed nothing leaves out
+-- the last two), as every take's: used is the estimate right after the
+-- decision, rounded up (for a replay, right after the original acceptance);
+-- reset_ms is until the whole use has slid out; retry_after_ms, when
+-- denied, is until a take of this cost fits. Error replies start with
+-- INVALID, CONFLICT, POLICY, WRONGTYPE or REQUEST_IDS_FULL.
 --
 -- Time is Redis's own (TIME), in whole milliseconds.
 --

@@ -4,9 +4,10 @@
 -- ARGV     its contract's (contract.go), listed where --#args is spliced in
 --
 -- Reply {allowed, replay, used, remaining, reset_ms, retry_after_ms,
--- healed}, integers only (an allowed take that healed nothing leaves out the last two), as every take's: remaining is whole tokens,
--- used the burst less them. Error replies start with INVALID, CONFLICT, POLICY,
--- WRONGTYPE or REQUEST_IDS_FULL.
+-- healed}, integers only (an allowed take that healed nothing leaves out
+-- the last two), as every take's: remaining is whole tokens, used the burst
+-- less them. Error replies start with INVALID, CONFLICT, POLICY, WRONGTYPE
+-- or REQUEST_IDS_FULL.
 --
 -- Time is Redis's own (TIME), in whole microseconds; the arithmetic is the
 -- prelude's gcra, exact in integers.
